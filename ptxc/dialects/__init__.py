@@ -1,0 +1,3 @@
+"""The dialects; importing this package registers every op."""
+
+from . import func, graph  # noqa: F401

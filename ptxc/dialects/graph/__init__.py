@@ -1,0 +1,21 @@
+"""The graph dialect: one op per network layer, ONNX semantics, static shapes.
+
+Conventions (the importer, the Network builder and every graph pass rely on them):
+
+* An op is named ``graph.<onnx op type in snake_case>``: ``graph.conv``, ``graph.batch_normalization``,
+  ``graph.global_average_pool``, ``graph.reduce_mean``, ``graph.arg_max`` (PRelu is ``graph.prelu``,
+  LRN ``graph.lrn``, MatMul ``graph.matmul``).
+* Operands are the ONNX inputs that carry data. Inputs that decide a shape (Reshape's ``shape``,
+  Slice's ``starts``/``ends``/``axes``/``steps``, Squeeze's ``axes``, Pad's ``pads``, Resize's
+  ``scales``/``sizes``, Tile's ``repeats``, Expand's ``shape``, Split's ``split``, a Reduce's
+  ``axes``, ConstantOfShape's input) are compile-time constants and become attributes of the same
+  name; the importer resolves them (ptxc's shapes are static).
+* Attributes keep ONNX names and are normalized so that passes never re-derive ONNX defaults:
+  negative axes made non-negative, ``auto_pad`` resolved into explicit ``pads``, ``strides``,
+  ``dilations`` and ``kernel_shape`` always present, opset differences removed (an op means the
+  same whatever opset the model came from).
+* Every op infers its result types and has numpy reference semantics.
+"""
+
+from . import common, constant  # noqa: F401
+from . import elementwise, activation, nn, linalg, shape, reduce  # noqa: F401

@@ -1,0 +1,77 @@
+"""The typed errors of ptxc.
+
+Every error a user can meet derives from :class:`PtxcError`; a user never sees a bare KeyError,
+AssertionError or protobuf traceback. Each message says what is wrong and where (op, ONNX node
+name, file), so that it can be acted on without a debugger.
+"""
+
+from __future__ import annotations
+
+
+class PtxcError(Exception):
+    """Base of every error ptxc raises on purpose."""
+
+
+class ModelError(PtxcError, ValueError):
+    """The model is malformed or invalid: unreadable file, failed ONNX check, bad attribute."""
+
+
+class ShapeInputError(ModelError):
+    """A value that decides a shape (Reshape's shape, Slice's starts, ...) is not known at compile time.
+
+    ptxc's shapes are static. ``inputs`` names the graph inputs whose values would make the shape
+    known; pass them with ``constant_inputs=`` to bind them at compile time (as TensorRT binds shape
+    tensors through an optimization profile).
+    """
+
+    def __init__(self, message: str, inputs: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.inputs = tuple(inputs)
+
+
+class UnsupportedOpError(ModelError):
+    """The model uses ops ptxc does not support; ``ops`` maps op type to the node names using it."""
+
+    def __init__(self, ops: dict[str, list[str]], source: str = "model"):
+        self.ops = {k: list(v) for k, v in sorted(ops.items())}
+        lines = []
+        for op_type, nodes in self.ops.items():
+            shown = ", ".join(repr(n) for n in nodes[:8])
+            more = f", ... ({len(nodes) - 8} more)" if len(nodes) > 8 else ""
+            lines.append(f"  {op_type} x{len(nodes)}: {shown}{more}")
+        super().__init__(
+            f"{source}: {len(self.ops)} unsupported op type(s):\n" + "\n".join(lines)
+        )
+
+
+class ParseError(ModelError):
+    """The IR text does not parse; the message gives line and column."""
+
+
+class BindingError(PtxcError, ValueError):
+    """The inputs given at run time do not match the bindings: unknown or missing name, wrong shape
+    or dtype."""
+
+
+class CompileError(PtxcError):
+    """Compilation failed: a pass, a lowering or code generation could not do its work."""
+
+
+class VerifyError(CompileError):
+    """The IR broke an invariant (types, dominance, per-op rules); the message names the op."""
+
+
+class NumericsError(CompileError):
+    """check-numerics found a pass whose output differs from its input beyond tolerance."""
+
+
+class PlanError(PtxcError):
+    """A plan file is damaged, foreign, or does not match this ptxc, LLVM or GPU."""
+
+
+class DeviceError(PtxcError):
+    """A CUDA call failed."""
+
+
+class OutOfMemoryError(DeviceError):
+    """The device ran out of memory; the message gives the requested and free bytes."""

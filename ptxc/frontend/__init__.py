@@ -1,0 +1,1 @@
+"""Front ends: the ONNX importer and the Network builder."""

@@ -1,0 +1,3 @@
+"""Imports every converter module so that they register."""
+
+from . import elementwise, activation, nn, linalg, shape, reduce  # noqa: F401

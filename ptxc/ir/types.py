@@ -1,0 +1,146 @@
+"""IR types: scalars, tensors (values), buffers (memory), functions.
+
+Textual forms follow MLIR: ``f32``, ``i1``, ``ui8``, ``index``, ``tensor<1x3x224x224xf32>``,
+``tensor<f32>`` (rank 0), ``buffer<4x4xf16>``, ``(tensor<2xf32>) -> (tensor<2xf32>)``.
+Shapes are static: every dimension is a non-negative int.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+
+@attrs.frozen
+class ScalarType:
+    """An element type. ``name`` is its textual form."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_float(self) -> bool:
+        return self.name in ("f64", "f32", "f16", "bf16")
+
+    @property
+    def is_int(self) -> bool:
+        return not self.is_float
+
+    @property
+    def is_signed(self) -> bool:
+        return not self.name.startswith("ui") and self.name != "i1"
+
+    @property
+    def bitwidth(self) -> int:
+        return _BITS[self.name]
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        """The numpy dtype the reference semantics use for this type."""
+        try:
+            return np.dtype(_NP[self.name])
+        except KeyError:
+            raise TypeError(f"{self.name} has no numpy dtype") from None
+
+
+_NP = {
+    "f64": "float64", "f32": "float32", "f16": "float16",
+    "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8",
+    "ui64": "uint64", "ui32": "uint32", "ui16": "uint16", "ui8": "uint8",
+    "i1": "bool", "index": "int64",
+}
+_BITS = {
+    "f64": 64, "f32": 32, "f16": 16, "bf16": 16, "i64": 64, "i32": 32, "i16": 16, "i8": 8,
+    "ui64": 64, "ui32": 32, "ui16": 16, "ui8": 8, "i1": 1, "index": 64,
+}
+SCALAR_NAMES = tuple(_BITS)
+
+F64, F32, F16, BF16 = (ScalarType(n) for n in ("f64", "f32", "f16", "bf16"))
+I64, I32, I16, I8 = (ScalarType(n) for n in ("i64", "i32", "i16", "i8"))
+UI64, UI32, UI16, UI8 = (ScalarType(n) for n in ("ui64", "ui32", "ui16", "ui8"))
+I1 = ScalarType("i1")
+INDEX = ScalarType("index")
+
+
+def scalar_from_numpy(dtype) -> ScalarType:
+    """The scalar type of a numpy dtype (``int64`` gives ``i64``, never ``index``)."""
+    name = np.dtype(dtype).name
+    for k, v in _NP.items():
+        if v == name and k != "index":
+            return ScalarType(k)
+    raise TypeError(f"numpy dtype {name} has no ptxc scalar type")
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return "".join(f"{d}x" for d in shape)
+
+
+@attrs.frozen
+class TensorType:
+    """An immutable tensor value of static shape."""
+
+    shape: tuple[int, ...] = attrs.field(converter=lambda s: tuple(int(d) for d in s))
+    element: ScalarType
+
+    def __str__(self) -> str:
+        return f"tensor<{_dims(self.shape)}{self.element}>"
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return (self.size * self.element.bitwidth + 7) // 8
+
+    def with_shape(self, shape) -> "TensorType":
+        return TensorType(shape, self.element)
+
+    def with_element(self, element: ScalarType) -> "TensorType":
+        return TensorType(self.shape, element)
+
+
+@attrs.frozen
+class BufferType:
+    """A region of memory of static shape (row-major) in the loop dialect."""
+
+    shape: tuple[int, ...] = attrs.field(converter=lambda s: tuple(int(d) for d in s))
+    element: ScalarType
+
+    def __str__(self) -> str:
+        return f"buffer<{_dims(self.shape)}{self.element}>"
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+@attrs.frozen
+class FunctionType:
+    inputs: tuple = attrs.field(converter=tuple)
+    results: tuple = attrs.field(converter=tuple)
+
+    def __str__(self) -> str:
+        ins = ", ".join(map(str, self.inputs))
+        outs = ", ".join(map(str, self.results))
+        return f"({ins}) -> ({outs})"
+
+
+Type = ScalarType | TensorType | BufferType | FunctionType
+
+
+def tensor(shape, element: ScalarType | str = F32) -> TensorType:
+    """Shorthand: ``tensor((1, 3), "f32")``."""
+    if isinstance(element, str):
+        element = ScalarType(element)
+    return TensorType(tuple(shape), element)

@@ -1,0 +1,97 @@
+"""The verifier: types, dominance and per-op rules, generic over op specs.
+
+Errors are :class:`~ptxc.errors.VerifyError` naming the op and its origin (ONNX node name):
+``"graph.conv" (node 'conv1'): result #0 has type tensor<1x8xf32>, inferred tensor<1x4xf32>``.
+"""
+
+from __future__ import annotations
+
+from ..errors import VerifyError
+from .attributes import check_kind
+from .core import Block, Operation
+from .spec import lookup
+
+
+def _fail(op: Operation, msg: str):
+    raise VerifyError(f"{op.where}: {msg}")
+
+
+def verify_op_local(op: Operation) -> None:
+    """Checks of one op against its spec (not its nested regions, not dominance)."""
+    spec = lookup(op.name)
+    if spec is None:
+        _fail(op, "unknown op (no dialect registers it)")
+    defs = spec.operand_defs
+    n = len(op.operands)
+    if spec.needs_segments():
+        seg = op.attributes.get("operand_segments")
+        if not (isinstance(seg, tuple) and len(seg) == len(defs)):
+            _fail(op, f"needs operand_segments with {len(defs)} entries")
+        if sum(seg) != n:
+            _fail(op, f"operand_segments {list(seg)} do not add up to {n} operands")
+        for d, k in zip(defs, seg):
+            if (d.single and k != 1) or (d.optional and k > 1) or k < 0:
+                _fail(op, f"operand group {d.name} has {k} values")
+    else:
+        fixed = sum(1 for d in defs if d.single)
+        optional = sum(1 for d in defs if d.optional)
+        variadic = any(d.variadic for d in defs)
+        if n < fixed or (not variadic and n > fixed + optional):
+            want = f"{fixed}" + (f" to {fixed + optional}" if optional else "") + \
+                   (" or more" if variadic else "")
+            _fail(op, f"has {n} operands, expects {want}")
+    rdefs = spec.result_defs
+    fixed_r = sum(1 for d in rdefs if not d.variadic)
+    if len(op.results) < fixed_r or (
+            len(op.results) != fixed_r and not any(d.variadic for d in rdefs)):
+        _fail(op, f"has {len(op.results)} results, expects {fixed_r}"
+              + (" or more" if any(d.variadic for d in rdefs) else ""))
+    for name, a in spec.attributes.items():
+        if name in op.attributes:
+            if not check_kind(op.attributes[name], a.kind):
+                _fail(op, f"attribute {name} = {op.attributes[name]!r} is not of kind {a.kind}")
+        elif a.required:
+            _fail(op, f"missing required attribute {name}")
+    for name in op.attributes:
+        if name not in spec.attributes and name != "operand_segments" and "." not in name:
+            _fail(op, f"unknown attribute {name!r}")
+    if len(op.regions) != spec.regions:
+        _fail(op, f"has {len(op.regions)} regions, expects {spec.regions}")
+    if spec.has_trait("terminator") and op.block is not None and op.block.last_op is not op:
+        _fail(op, "is a terminator but not the last op of its block")
+    inferred = spec.infer_types(op)
+    if inferred is not None:
+        if len(inferred) != len(op.results):
+            _fail(op, f"has {len(op.results)} results, inferred {len(inferred)}")
+        for r, t in zip(op.results, inferred):
+            if r.type != t:
+                _fail(op, f"result #{r.index} has type {r.type}, inferred {t}")
+    spec.verify(op)
+
+
+def verify(root: Operation) -> None:
+    """Verify ``root`` and everything nested in it; raises VerifyError at the first problem."""
+    _verify_op(root, set())
+
+
+def _verify_op(op: Operation, visible: set[int]) -> None:
+    verify_op_local(op)
+    spec = lookup(op.name)
+    inner = set() if spec.has_trait("isolated") else visible
+    for region in op.regions:
+        for block in region.blocks:
+            _verify_block(block, set(inner))
+
+
+def _verify_block(block: Block, visible: set[int]) -> None:
+    for a in block.args:
+        visible.add(id(a))
+    for op in block.ops:
+        for i, v in enumerate(op.operands):
+            if id(v) not in visible:
+                _fail(op, f"operand #{i} ({v.type}) does not dominate this use")
+            if not any(u.op is op and u.index == i for u in v.uses):
+                _fail(op, f"operand #{i} is missing from its value's use-list")
+        _verify_op(op, visible)
+        for r in op.results:
+            visible.add(id(r))
