@@ -75,12 +75,15 @@ def verify(root: Operation) -> None:
 
 
 def _verify_op(op: Operation, visible: set[int]) -> None:
-    verify_op_local(op)
+    # nested ops first: their errors are more precise than a container's summary check
     spec = lookup(op.name)
+    if spec is None:
+        _fail(op, "unknown op (no dialect registers it)")
     inner = set() if spec.has_trait("isolated") else visible
     for region in op.regions:
         for block in region.blocks:
             _verify_block(block, set(inner))
+    verify_op_local(op)
 
 
 def _verify_block(block: Block, visible: set[int]) -> None:

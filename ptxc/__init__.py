@@ -1,0 +1,31 @@
+"""ptxc: an open inference compiler for NVIDIA GPUs (and the host CPU).
+
+The public API (see docs and ../shared/DESIGN.md):
+
+    module = ptxc.import_onnx("model.onnx")            # graph-dialect module
+    text = ptxc.explore("model.onnx", stage="graph")   # the IR after a stage, as text
+    module = ptxc.parse_ir(text); text = ptxc.print_ir(module)
+    outputs = ptxc.interpret(module, {"input": x})     # reference semantics, at any stage
+    net = ptxc.Network(); ...                          # build a graph in Python
+    ptxc.SUPPORTED_OPS                                 # ONNX op types the importer accepts
+"""
+
+from .errors import (BindingError, CompileError, DeviceError, ModelError,  # noqa: F401
+                     NumericsError, OutOfMemoryError, ParseError, PlanError, PtxcError,
+                     ShapeInputError, UnsupportedOpError, VerifyError)
+from .frontend.onnx_import import import_onnx, supported_ops
+from .ir.interpreter import interpret
+from .ir.parser import parse_ir
+from .ir.printer import print_ir
+from .explore import explore, STAGES  # noqa: F401
+
+__version__ = "0.1.0"
+
+SUPPORTED_OPS: tuple[str, ...] = supported_ops()
+
+__all__ = [
+    "import_onnx", "interpret", "parse_ir", "print_ir", "explore", "STAGES", "SUPPORTED_OPS",
+    "PtxcError", "ModelError", "UnsupportedOpError", "ShapeInputError", "ParseError",
+    "BindingError", "CompileError", "VerifyError", "NumericsError", "PlanError", "DeviceError",
+    "OutOfMemoryError",
+]

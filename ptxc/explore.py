@@ -1,0 +1,77 @@
+"""The compiler explorer: the IR of a model after any stage, or after every pass.
+
+    text = ptxc.explore("model.onnx", stage="graph")
+    text = ptxc.explore(model, stage="graph", print_ir_after_all=True)   # every pass, in order
+
+Stages are named as everywhere in ptxc: ``graph``, ``tensor``, ``loop``, ``llvm``, ``ptx``. A
+stage's text is the IR at the end of that stage, after its passes. ``passes=""`` shows the graph
+exactly as imported.
+"""
+
+from __future__ import annotations
+
+import io
+
+from .errors import CompileError
+from .ir.core import Operation
+from .ir.printer import print_ir
+
+STAGES = ("graph", "tensor", "loop", "llvm", "ptx")
+
+#: the graph-stage pipeline used when none is given (the graph optimizer extends it)
+DEFAULT_GRAPH_PIPELINE = "dce,cse"
+
+
+def _as_module(model, input_shapes, constant_inputs) -> Operation:
+    if isinstance(model, Operation):
+        return model
+    from .frontend.network import Network
+    if isinstance(model, Network):
+        return model.to_module()
+    from .frontend.onnx_import import import_onnx
+    return import_onnx(model, input_shapes=input_shapes, constant_inputs=constant_inputs)
+
+
+def run_graph_stage(module: Operation, passes: str | None = None, *, stream=None,
+                    print_ir_after_all=False, print_ir_after_change=False, dump_dir=None,
+                    timing=False, check_numerics=False, explain=None):
+    """Run the graph-stage pipeline on ``module`` in place; returns the PassManager used."""
+    from .rewrite.pass_manager import PassManager
+    from .rewrite.registry import parse_pipeline
+    pipeline = DEFAULT_GRAPH_PIPELINE if passes is None else passes
+    pm = PassManager(parse_pipeline(pipeline), print_ir_after_all=print_ir_after_all,
+                     print_ir_after_change=print_ir_after_change, dump_dir=dump_dir,
+                     timing=timing, check_numerics=check_numerics, stream=stream)
+    pm.run(module)
+    return pm
+
+
+def explore(model, stage: str = "graph", *, passes: str | None = None,
+            input_shapes: dict | None = None, constant_inputs: dict | None = None,
+            print_ir_after_all: bool = False, print_ir_after_change: bool = False,
+            dump_dir: str | None = None, timing: bool = False, check_numerics: bool = False,
+            elide_constants: bool = True) -> str:
+    """The IR of ``model`` (path, ModelProto, Network or module) at the end of ``stage``.
+
+    With ``print_ir_after_all`` the text holds the IR after every pass, then the final IR.
+    Constants are elided for display unless ``elide_constants=False`` (which gives text that
+    ``parse_ir`` reads back).
+    """
+    if stage not in STAGES:
+        raise CompileError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
+    if stage != "graph":
+        raise CompileError(f"stage {stage!r} is not built yet: ptxc lowers to the graph stage "
+                           "only (the tensor/loop/llvm/ptx lowerings are planned work)")
+    module = _as_module(model, input_shapes, constant_inputs)
+    stream = io.StringIO()
+    pm = run_graph_stage(module, passes, stream=stream, print_ir_after_all=print_ir_after_all,
+                         print_ir_after_change=print_ir_after_change, dump_dir=dump_dir,
+                         timing=timing, check_numerics=check_numerics)
+    out = stream.getvalue()
+    if timing:
+        out += pm.timing_report()
+    if out and not out.endswith("\n"):
+        out += "\n"
+    if out:
+        out += f"// -----// IR at the end of stage {stage} //----- //\n"
+    return out + print_ir(module, elide_constants=elide_constants)

@@ -1,0 +1,107 @@
+"""The nine model-zoo models shipped with onnx (onnx/backend/test/data/light), and a way to give
+them random weights.
+
+Their weights are ConstantOfShape nodes that fill every tensor with one constant, so their expected
+outputs are nearly uniform and prove little. ``with_random_weights`` replaces each such node by an
+initializer of random values (scaled so activations stay in range through deep networks), which
+makes a comparison against onnxruntime meaningful.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+NAMES = sorted(os.path.basename(p)[len("light_"):-len(".onnx")]
+               for p in glob.glob(os.path.join(LIGHT_DIR, "light_*.onnx")))
+
+
+def path(name: str) -> str:
+    return os.path.join(LIGHT_DIR, f"light_{name}.onnx")
+
+
+def load(name: str) -> onnx.ModelProto:
+    return onnx.load(path(name))
+
+
+def expected_output(name: str) -> np.ndarray:
+    t = onnx.TensorProto()
+    with open(os.path.join(LIGHT_DIR, f"light_{name}_output_0.pb"), "rb") as f:
+        t.ParseFromString(f.read())
+    return numpy_helper.to_array(t)
+
+
+def runtime_inputs(model: onnx.ModelProto):
+    inits = {t.name for t in model.graph.initializer}
+    return [vi for vi in model.graph.input if vi.name not in inits]
+
+
+def dummy_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The inputs the ONNX backend test runner feeds these models (arange / n, float32)."""
+    out = {}
+    for vi in runtime_inputs(model):
+        shape = tuple(d.dim_value if d.HasField("dim_value") else 1
+                      for d in vi.type.tensor_type.shape.dim)
+        n = int(np.prod(shape))
+        out[vi.name] = (np.arange(n).reshape(shape) / n).astype(np.float32)
+    return out
+
+
+def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {vi.name: rng.standard_normal(tuple(d.dim_value for d in
+                                               vi.type.tensor_type.shape.dim)).astype(np.float32)
+            for vi in runtime_inputs(model)}
+
+
+def with_random_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
+    """A copy of ``model`` with every ConstantOfShape replaced by a random initializer.
+
+    Scale by role: BatchNormalization's scale and variance uniform in [0.5, 1.5]; tensors of rank
+    >= 2 (weights) He-normal over their fan-in; other vectors (biases, BN shifts) normal * 0.1.
+    """
+    rng = np.random.default_rng(seed)
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    role: dict[str, str] = {}
+    for n in g.node:
+        if n.op_type == "BatchNormalization":
+            for i in (1, 4):
+                if len(n.input) > i:
+                    role[n.input[i]] = "positive"
+    keep = []
+    new_inits = []
+    for n in g.node:
+        if n.op_type != "ConstantOfShape":
+            keep.append(n)
+            continue
+        shape = tuple(int(d) for d in inits[n.input[0]])
+        out = n.output[0]
+        if role.get(out) == "positive":
+            arr = rng.uniform(0.5, 1.5, shape)
+        elif len(shape) >= 2:
+            fan_in = int(np.prod(shape[1:]))
+            arr = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
+        else:
+            arr = rng.standard_normal(shape) * 0.1
+        new_inits.append(numpy_helper.from_array(arr.astype(np.float32), out))
+    del g.node[:]
+    g.node.extend(keep)
+    g.initializer.extend(new_inits)
+    return m
+
+
+def onnxruntime_outputs(model: onnx.ModelProto, inputs: dict) -> dict[str, np.ndarray]:
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, inputs)))

@@ -1,0 +1,31 @@
+"""The nine light model-zoo models: import, interpret, match the expected outputs shipped with
+onnx; with random weights, match onnxruntime."""
+
+import numpy as np
+import pytest
+
+import light_models as lm
+import ptxc
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", lm.NAMES)
+def test_light_model_expected_output(name):
+    model = lm.load(name)
+    module = ptxc.import_onnx(lm.path(name))
+    (out,) = ptxc.interpret(module, lm.dummy_inputs(model)).values()
+    np.testing.assert_allclose(out, lm.expected_output(name), rtol=1e-3, atol=1e-7)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", lm.NAMES)
+def test_light_model_random_weights_vs_onnxruntime(name):
+    model = lm.with_random_weights(lm.load(name), seed=1)
+    inputs = lm.random_inputs(model, seed=2)
+    ref = lm.onnxruntime_outputs(model, inputs)
+    got = ptxc.interpret(ptxc.import_onnx(model), inputs)
+    assert list(got) == list(ref)
+    for k in ref:
+        # the random weights must make the outputs informative, or the test proves nothing
+        assert np.std(ref[k]) > 1e-4, "degenerate reference output"
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-3, atol=1e-5)
