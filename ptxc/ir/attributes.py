@@ -40,7 +40,7 @@ class DenseElements:
             array = array.astype(type.element.np_dtype)
         if tuple(array.shape) != type.shape:
             array = array.reshape(type.shape)
-        array = np.ascontiguousarray(array)
+        array = np.ascontiguousarray(array).reshape(type.shape)  # ascontiguousarray makes 0-d 1-d
         array.flags.writeable = False
         self.array = array
         self.type = type
