@@ -57,8 +57,8 @@ class PRelu(OpSpec):
         x, s = ttype(op, 0), ttype(op, 1)
         if x.element != s.element:
             fail(op, f"X is {x}, slope is {s}: element types differ")
-        if x.element == I1 or (not x.element.is_float and not x.element.is_signed):
-            fail(op, f"needs a float or signed integer tensor, got {x}")
+        if x.element == I1:
+            fail(op, f"needs a numeric tensor, got {x}")
         if broadcast_shapes(op, x.shape, s.shape) != x.shape:
             fail(op, f"slope {list(s.shape)} does not broadcast to X {list(x.shape)}")
 

@@ -35,15 +35,25 @@ def simple(ctx: ConvertContext):
 
 @converter("PRelu")
 def prelu(ctx: ConvertContext):
+    """Opset 7+: slope broadcasts unidirectionally to X. Opset 6 models (PyTorch's old exports,
+    upgraded to 7 on import) give a per-channel slope of shape [C] for X of shape [N, C, ...]:
+    a 1-D slope of size C that does not broadcast is reshaped to [C, 1, ..., 1]."""
     x, slope = ctx.type(0), ctx.type(1)
-    try:
-        shape = np.broadcast_shapes(x.shape, slope.shape)
-    except ValueError:
-        shape = None
-    if shape != x.shape:
+    s = ctx.input(1)
+    if not _broadcasts_to(slope.shape, x.shape) and slope.rank == 1 and x.rank >= 2 \
+            and slope.shape[0] == x.shape[1]:
+        s = ctx.emit1("graph.reshape", [s], {"shape": (x.shape[1],) + (1,) * (x.rank - 2)})
+    elif not _broadcasts_to(slope.shape, x.shape):
         raise ctx.error(f"slope of shape {list(slope.shape)} does not broadcast to X of shape "
                         f"{list(x.shape)}")
-    return ctx.emit("graph.prelu", [ctx.input(0), ctx.input(1)])
+    return ctx.emit("graph.prelu", [ctx.input(0), s])
+
+
+def _broadcasts_to(shape, target) -> bool:
+    try:
+        return np.broadcast_shapes(tuple(shape), tuple(target)) == tuple(target)
+    except ValueError:
+        return False
 
 
 @converter("Clip")

@@ -96,19 +96,15 @@ def identity(ctx: ConvertContext):
 @converter("Dropout")
 def dropout(ctx: ConvertContext):
     """Inference dropout is the identity. A training_mode known to be true is refused (the
-    output would be random); one given at run time is ignored, as inference engines do."""
-    ratio = ctx.attr("ratio")  # opset < 12
+    output would be random) unless the ratio is known to be 0; one given at run time is ignored,
+    as inference engines do."""
+    ratio = ctx.attr("ratio", 0.5)  # an attribute before opset 12, an input from then on
     if ctx.opset >= 12:
-        if ctx.input(2) is not None and ctx.is_const(2):
-            if bool(np.asarray(ctx.const(2)).reshape(-1)[0]):
-                raise ctx.error("training_mode is true: training-mode dropout is random and "
-                                "not supported for inference")
-        ratio = None
-        if ctx.input(1) is not None and ctx.is_const(1):
+        ratio = 0.5 if ctx.input(1) is None else None
+        if ctx.is_const(1):
             ratio = float(np.asarray(ctx.const(1)).reshape(-1)[0])
-        elif ctx.input(1) is None:
-            ratio = 0.5
-    elif ratio is None:
-        ratio = 0.5
+        if ctx.is_const(2) and bool(np.asarray(ctx.const(2)).reshape(-1)[0]) and ratio != 0:
+            raise ctx.error("training_mode is true: training-mode dropout is random and "
+                            "not supported for inference")
     attrs = {"ratio": float(ratio)} if ratio is not None else None
     return ctx.emit("graph.dropout", [ctx.input(0)], attrs)
