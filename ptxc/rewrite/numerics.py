@@ -1,0 +1,119 @@
+"""check-numerics: run a module on random inputs before and after a pass and compare.
+
+Inputs are drawn once per pipeline from a seeded generator, from the argument types of ``main``:
+floats from normal(0, 1), integers from {0, 1, 2, 3} (small and non-negative, so they are valid
+indices and exponents), booleans uniformly. Each interpretation gets its own copies, so an op that
+writes into an argument cannot leak into the next run.
+
+:func:`compare` takes the outputs of the module before a pass as the reference: an output that
+is missing, changed shape or dtype, turned NaN where the reference was not, or is not
+``allclose(after, before, rtol, atol)`` is reported with the largest absolute and relative error
+and where it occurs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..dialects.func import arg_names, func_body, get_func
+from ..errors import CompileError, NumericsError
+from ..ir.core import Operation
+from ..ir.interpreter import interpret
+
+
+def signature(module: Operation, func: str = "main") -> list[tuple[str, object]]:
+    """(binding name, type) of each argument of ``func``."""
+    try:
+        f = get_func(module, func)
+    except KeyError:
+        raise CompileError(f"check-numerics: the module has no function {func!r} to run") \
+            from None
+    return list(zip(arg_names(f), [a.type for a in func_body(f).args]))
+
+
+def random_inputs(module: Operation, seed: int = 0, func: str = "main") -> dict[str, np.ndarray]:
+    """Random arrays for the arguments of ``func``; see the module docstring."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, t in signature(module, func):
+        shape = tuple(getattr(t, "shape", ()))
+        dtype = t.element.np_dtype if hasattr(t, "element") else t.np_dtype
+        if dtype == np.bool_:
+            x = rng.integers(0, 2, size=shape).astype(np.bool_)
+        elif dtype.kind == "f":
+            x = rng.standard_normal(size=shape).astype(dtype)
+        else:
+            x = rng.integers(0, 4, size=shape).astype(dtype)
+        out[name] = np.asarray(x)
+    return out
+
+
+def conform_inputs(module: Operation, inputs: dict[str, np.ndarray],
+                   func: str = "main") -> dict[str, np.ndarray]:
+    """``inputs`` cast to the current argument types of ``func`` (a pass may change an input's
+    element type, never its name or shape); fresh copies every time."""
+    sig = signature(module, func)
+    names = [n for n, _ in sig]
+    if sorted(names) != sorted(inputs):
+        raise NumericsError(f"the arguments of {func!r} changed from {sorted(inputs)} to "
+                            f"{sorted(names)}")
+    out = {}
+    for name, t in sig:
+        x = inputs[name]
+        if tuple(getattr(t, "shape", ())) != x.shape:
+            raise NumericsError(f"argument {name!r} of {func!r} changed shape from "
+                                f"{list(x.shape)} to {t}")
+        out[name] = np.array(x, dtype=t.element.np_dtype if hasattr(t, "element")
+                             else t.np_dtype, copy=True)
+    return out
+
+
+def run(module: Operation, inputs: dict[str, np.ndarray], func: str = "main") -> dict:
+    """Interpret ``func`` on copies of ``inputs``."""
+    return interpret(module, conform_inputs(module, inputs, func), func=func)
+
+
+def _mismatch(name: str, b: np.ndarray, a: np.ndarray, rtol: float, atol: float) -> str | None:
+    with np.errstate(all="ignore"):
+        if a.dtype.kind in "fc":
+            bad = ~np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            bad = a != b
+        if not bad.any():
+            return None
+        b64, a64 = b.astype(np.float64), a.astype(np.float64)
+        finite = np.isfinite(a64) & np.isfinite(b64)
+        diff = np.where(finite, np.abs(a64 - b64), 0.0)
+        # relative to the reference, as numpy's assert_allclose: inf where the reference is 0
+        rel = np.where(diff == 0, 0.0, diff / np.where(b64 == 0, 0.0, np.abs(b64)))
+        worst = np.where(bad & finite, diff, -1.0)
+        i = int(np.argmax(worst)) if (bad & finite).any() else int(np.argmax(bad))
+    idx = [int(k) for k in np.unravel_index(i, a.shape)]
+    return (f"output {name!r} differs at {int(bad.sum())} of {a.size} elements: max abs error "
+            f"{float(diff.max()):.6g}, max rel error {float(rel.max()):.6g} "
+            f"(rtol={rtol}, atol={atol}); worst at index {idx}: "
+            f"{str(b.reshape(-1)[i])} -> {str(a.reshape(-1)[i])}")
+
+
+def compare(before: dict, after: dict, rtol: float, atol: float) -> str | None:
+    """None when ``after`` matches ``before``; else what differs (the first bad output)."""
+    for name, b in before.items():
+        if name not in after:
+            return f"output {name!r} is gone (outputs now: {sorted(after)})"
+        a = after[name]
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return (f"output {name!r} changed from {b.dtype}{list(b.shape)} to "
+                    f"{a.dtype}{list(a.shape)}")
+        if a.dtype.kind in "fc":
+            new_nan = np.isnan(a) & ~np.isnan(b)
+            if new_nan.any():
+                idx = np.unravel_index(int(np.argmax(new_nan)), a.shape)
+                return (f"output {name!r} has {int(new_nan.sum())} new NaN(s), first at index "
+                        f"{list(map(int, idx))} (was {str(b[idx])})")
+        msg = _mismatch(name, b, a, rtol, atol)
+        if msg:
+            return msg
+    extra = sorted(set(after) - set(before))
+    if extra:
+        return f"new output(s) {extra}"
+    return None
