@@ -1,7 +1,6 @@
 """Patterns, the rewriter and the greedy driver: fixpoints, worklist re-enqueueing, dead-op
 erasure, benefit order, failure reasons (explain), debug verification, non-convergence."""
 
-import numpy as np
 import pytest
 
 from ptxc.dialects.func import func_body, get_func

@@ -23,10 +23,13 @@ _PATTERNS: list[RewritePattern] = []
 
 
 def register_canonicalization(pattern):
-    """Register a pattern class (as a decorator) or instance; returns it unchanged."""
+    """Register a pattern class (as a decorator) or instance; returns it unchanged. Registering
+    the same class or instance twice is an error (two instances of one class, configured
+    differently, are fine)."""
     p = as_pattern(pattern)
-    if any(type(q) is type(p) and q.name == p.name for q in _PATTERNS):
+    if any(getattr(q, "_registered_as", None) is pattern for q in _PATTERNS):
         raise ValueError(f"canonicalization pattern {p.name} registered twice")
+    p._registered_as = pattern
     _PATTERNS.append(p)
     return pattern
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from ptxc.dialects.func import func_body, get_func, new_func, new_module, set_func_results
 from ptxc.errors import CompileError, NumericsError
 from ptxc.ir import Builder, DenseElements, interpret, print_ir, verify
-from ptxc.ir.types import TensorType, tensor
+from ptxc.ir.types import tensor
 from ptxc.rewrite import Pass, PassManager, is_trivially_dead
 from ptxc.rewrite.numerics import compare, random_inputs
 from ptxc.rewrite.passes.cse import op_key
