@@ -1,0 +1,190 @@
+"""The arith dialect: scalar arithmetic for the bodies of elementwise regions (fused elementwise
+chains, conv/gemm epilogues, and later the tensor dialect's generic op).
+
+Ops work on scalars (``f32``, ``f16``, ``f64``, ``i64``, ``i32``, ``i8``, ``i1``, ...). Their
+reference semantics are written over numpy arrays, elementwise, so the interpreter runs a scalar
+body once over whole broadcast tensors instead of once per element::
+
+    ^bb0(%acc: f32, %res: f32):
+      %0 = "arith.add"(%acc, %res) : (f32, f32) -> f32
+      %c0 = "arith.constant"() {value = 0.0} : () -> f32
+      %1 = "arith.max"(%0, %c0) : (f32, f32) -> f32
+      "graph.yield"(%1) : (f32) -> ()
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.spec import Attr, OpSpec, fail, register
+from ..ir.types import I1, ScalarType
+
+
+def _scalar(op, i=0) -> ScalarType:
+    t = op.operands[i].type
+    if not isinstance(t, ScalarType):
+        fail(op, f"operand #{i} must be a scalar, is {t}")
+    return t
+
+
+def _cast(x, t: ScalarType):
+    return np.asarray(x).astype(t.np_dtype, copy=False)
+
+
+@register
+class Constant(OpSpec):
+    """A scalar constant; ``value`` is an int, float or bool, ``type`` its scalar type."""
+
+    name = "arith.constant"
+    operands = ()
+    attributes = {"value": Attr("any", required=True), "type": Attr("type", required=True)}
+    traits = {"pure", "constant"}
+
+    def infer_types(self, op):
+        t = op.attributes.get("type")
+        if not isinstance(t, ScalarType):
+            fail(op, "type must be a scalar type")
+        return [t]
+
+    def reference(self, op, args, interp):
+        t = op.attributes["type"]
+        return [np.asarray(op.attributes["value"]).astype(t.np_dtype)[()]]
+
+
+class _Binary(OpSpec):
+    operands = ("lhs", "rhs")
+    traits = {"pure", "elementwise"}
+
+    def infer_types(self, op):
+        a, b = _scalar(op, 0), _scalar(op, 1)
+        if a != b:
+            fail(op, f"operand types differ: {a} and {b}")
+        return [a]
+
+    def reference(self, op, args, interp):
+        a, b = args
+        with np.errstate(all="ignore"):
+            return [_cast(self.fn(a, b), op.results[0].type)]
+
+
+def _binary(opname: str, fn, doc: str, commutative=False):
+    cls = type(opname.title().replace("_", ""), (_Binary,), {
+        "__doc__": doc, "name": f"arith.{opname}", "fn": staticmethod(fn),
+        "traits": {"pure", "elementwise"} | ({"commutative"} if commutative else set())})
+    return register(cls)
+
+
+def _int_div(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind in "iu":
+        q = np.abs(a) // np.where(b == 0, 1, np.abs(b))  # truncate toward zero, as C
+        return np.where((a < 0) ^ (b < 0), -q, q)
+    return a / b
+
+
+_binary("add", np.add, "lhs + rhs", True)
+_binary("sub", np.subtract, "lhs - rhs")
+_binary("mul", np.multiply, "lhs * rhs", True)
+_binary("div", _int_div, "lhs / rhs (integers truncate toward zero)")
+_binary("max", np.maximum, "max(lhs, rhs); NaN propagates", True)
+_binary("min", np.minimum, "min(lhs, rhs); NaN propagates", True)
+_binary("pow", np.power, "lhs ** rhs")
+_binary("and", np.logical_and, "logical and of i1 values", True)
+_binary("or", np.logical_or, "logical or of i1 values", True)
+
+
+@register
+class Neg(OpSpec):
+    """-x"""
+
+    name = "arith.neg"
+    operands = ("x",)
+    traits = {"pure", "elementwise"}
+
+    def infer_types(self, op):
+        return [_scalar(op)]
+
+    def reference(self, op, args, interp):
+        return [_cast(np.negative(args[0]), op.results[0].type)]
+
+
+@register
+class Not(OpSpec):
+    """logical not of an i1"""
+
+    name = "arith.not"
+    operands = ("x",)
+    traits = {"pure", "elementwise"}
+
+    def infer_types(self, op):
+        return [_scalar(op)]
+
+    def reference(self, op, args, interp):
+        return [np.logical_not(args[0])]
+
+
+PREDICATES = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+              "gt": np.greater, "ge": np.greater_equal}
+
+
+@register
+class Cmp(OpSpec):
+    """Comparison giving i1; ``predicate`` is eq, ne, lt, le, gt or ge."""
+
+    name = "arith.cmp"
+    operands = ("lhs", "rhs")
+    attributes = {"predicate": Attr("str", required=True)}
+    traits = {"pure", "elementwise"}
+
+    def infer_types(self, op):
+        if _scalar(op, 0) != _scalar(op, 1):
+            fail(op, "operand types differ")
+        return [I1]
+
+    def verify(self, op):
+        if op.attributes["predicate"] not in PREDICATES:
+            fail(op, f"predicate must be one of {sorted(PREDICATES)}")
+
+    def reference(self, op, args, interp):
+        return [PREDICATES[op.attributes["predicate"]](*args)]
+
+
+@register
+class Select(OpSpec):
+    """cond ? a : b"""
+
+    name = "arith.select"
+    operands = ("cond", "a", "b")
+    traits = {"pure", "elementwise"}
+
+    def infer_types(self, op):
+        if _scalar(op, 0) != I1:
+            fail(op, "condition must be i1")
+        if _scalar(op, 1) != _scalar(op, 2):
+            fail(op, "the two choices have different types")
+        return [_scalar(op, 1)]
+
+    def reference(self, op, args, interp):
+        return [np.where(*args)]
+
+
+@register
+class Cast(OpSpec):
+    """Conversion to ``to`` (floats to ints truncate toward zero; to i1 is ``x != 0``)."""
+
+    name = "arith.cast"
+    operands = ("x",)
+    attributes = {"to": Attr("type", required=True)}
+    traits = {"pure", "elementwise"}
+
+    def infer_types(self, op):
+        _scalar(op)
+        return [op.attributes["to"]]
+
+    def reference(self, op, args, interp):
+        to = op.attributes["to"]
+        x = np.asarray(args[0])
+        if to == I1:
+            return [x != 0]
+        with np.errstate(all="ignore"):
+            return [x.astype(to.np_dtype)]

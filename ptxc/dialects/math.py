@@ -1,0 +1,48 @@
+"""The math dialect: scalar transcendental and rounding functions for elementwise bodies.
+
+Reference semantics are numpy over arrays, like arith's. ``math.erf`` uses the graph dialect's
+float erf so that every stage agrees bit for bit with the graph op it came from.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.spec import OpSpec, fail, register
+from ..ir.types import ScalarType
+
+
+class _Unary(OpSpec):
+    operands = ("x",)
+    traits = {"pure", "elementwise"}
+
+    def infer_types(self, op):
+        t = op.operands[0].type
+        if not isinstance(t, ScalarType) or not t.is_float:
+            fail(op, f"operand must be a float scalar, is {t}")
+        return [t]
+
+    def reference(self, op, args, interp):
+        x = np.asarray(args[0])
+        with np.errstate(all="ignore"):
+            return [np.asarray(self.fn(x)).astype(x.dtype, copy=False)]
+
+
+def _erf(x):
+    from .graph.elementwise import erf
+    return erf(x)
+
+
+def _unary(opname: str, fn, doc: str):
+    return register(type(opname.title(), (_Unary,), {
+        "__doc__": doc, "name": f"math.{opname}", "fn": staticmethod(fn)}))
+
+
+_unary("exp", np.exp, "e ** x")
+_unary("log", np.log, "natural logarithm")
+_unary("tanh", np.tanh, "hyperbolic tangent")
+_unary("erf", _erf, "the error function")
+_unary("sqrt", np.sqrt, "square root")
+_unary("abs", np.abs, "absolute value")
+_unary("floor", np.floor, "round down")
+_unary("ceil", np.ceil, "round up")
