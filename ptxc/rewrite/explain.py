@@ -8,7 +8,8 @@ the earlier one, except that "fired" stays.
 
 A collector reaches the driver either as its ``explain=`` argument or, inside a pass run by a
 :class:`~ptxc.rewrite.pass_manager.PassManager` made with ``explain=``, through :func:`collecting`
-(a context variable), so passes need no extra parameter. ``--explain`` prints :meth:`Explain.format`::
+(a context variable), so passes need no extra parameter. ``--explain`` prints
+:meth:`Explain.format`::
 
     [fuse-cbr] FuseConvRelu at "relu_13" (graph.relu): fired
     [fuse-cbr] FuseConvRelu at "relu_7" (graph.relu): not fired: conv_6 + relu_7 not fused:
