@@ -7,7 +7,8 @@
   VerifyError naming the pass.
 * ``print_ir_after_all`` / ``print_ir_after_change``: after each pass (each pass after which the
   printed IR, constants elided, differs from before it, whatever the pass reported), write
-  ``// -----// IR Dump After <pass> //----- //`` and the IR, constants elided, to ``stream`` (default: ``sys.stderr`` at the time of writing).
+  ``// -----// IR Dump After <pass> //----- //`` and the IR, constants elided, to ``stream``
+  (default: ``sys.stderr`` at the time of writing).
 * ``dump_dir``: write ``00-input.mlir``, ``01-<pass>.mlir``, ... , the full text of the IR (it
   parses back), each written as soon as its pass has run, so a failing pipeline leaves the IR
   that failed.
