@@ -18,13 +18,14 @@ from .ir.interpreter import interpret
 from .ir.parser import parse_ir
 from .ir.printer import print_ir
 from .explore import explore, STAGES  # noqa: F401
+from .frontend.network import Network, Tensor  # noqa: F401
 
 __version__ = "0.1.0"
 
 SUPPORTED_OPS: tuple[str, ...] = supported_ops()
 
 __all__ = [
-    "import_onnx", "interpret", "parse_ir", "print_ir", "explore", "STAGES", "SUPPORTED_OPS",
+    "import_onnx", "Network", "Tensor", "interpret", "parse_ir", "print_ir", "explore", "STAGES", "SUPPORTED_OPS",
     "PtxcError", "ModelError", "UnsupportedOpError", "ShapeInputError", "ParseError",
     "BindingError", "CompileError", "VerifyError", "NumericsError", "PlanError", "DeviceError",
     "OutOfMemoryError",

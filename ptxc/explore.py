@@ -37,11 +37,11 @@ def run_graph_stage(module: Operation, passes: str | None = None, *, stream=None
                     timing=False, check_numerics=False, explain=None):
     """Run the graph-stage pipeline on ``module`` in place; returns the PassManager used."""
     from .rewrite.pass_manager import PassManager
-    from .rewrite.registry import parse_pipeline
     pipeline = DEFAULT_GRAPH_PIPELINE if passes is None else passes
-    pm = PassManager(parse_pipeline(pipeline), print_ir_after_all=print_ir_after_all,
+    pm = PassManager(pipeline, print_ir_after_all=print_ir_after_all,
                      print_ir_after_change=print_ir_after_change, dump_dir=dump_dir,
-                     timing=timing, check_numerics=check_numerics, stream=stream)
+                     timing=timing, check_numerics=check_numerics, stream=stream,
+                     explain=explain)
     pm.run(module)
     return pm
 

@@ -233,11 +233,9 @@ def import_onnx(model, input_shapes: dict | None = None, constant_inputs: dict |
         where = f"{source}: initializer {t.name!r}"
         scalar_type_of(t.data_type, where)
         try:
-            arr = numpy_helper.to_array(t)
+            ctx.pending[t.name] = numpy_helper.to_array(t)
         except Exception as e:
             raise ModelError(f"{where}: cannot read: {e}") from None
-        ctx.node, ctx.node_name = onnx.helper.make_node("Constant", [], [t.name]), t.name
-        values[t.name] = ctx.constant(arr, t.name)
 
     table = converters()
     for i, node in enumerate(g.node):
@@ -259,6 +257,8 @@ def import_onnx(model, input_shapes: dict | None = None, constant_inputs: dict |
 
     results, names = [], []
     for vi in g.output:
+        if vi.name not in values and vi.name in ctx.pending:
+            values[vi.name] = ctx._materialize(vi.name)
         v = values.get(vi.name)
         if v is None:
             raise ModelError(f"{source}: output {vi.name!r} is not produced by any node")

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ...errors import ModelError, ShapeInputError
+from ...errors import ModelError, ShapeInputError, VerifyError
 from ...ir.builder import Builder
 from ...ir.core import BlockArgument, Value
 from ...ir.spec import lookup
@@ -61,6 +61,9 @@ class ConvertContext:
         self.model_name = model_name
         self.node: onnx.NodeProto | None = None
         self.node_name = ""
+        #: initializers not yet used: materialized as graph.constant at their first use, so the
+        #: IR keeps constants next to the layers that read them
+        self.pending: dict[str, np.ndarray] = {}
 
     # ---- the node -----------------------------------------------------------------------------
     def error(self, message: str) -> ModelError:
@@ -80,7 +83,10 @@ class ConvertContext:
         """Input ``i`` as an IR value; None when absent (past the end or an empty name)."""
         if i >= len(self.node.input) or not self.node.input[i]:
             return None
-        v = self.values[self.node.input[i]]
+        name = self.node.input[i]
+        if name not in self.values and name in self.pending:
+            self.values[name] = self._materialize(name)
+        v = self.values[name]
         if isinstance(v, MissingOutput):
             v.fail()
         return v
@@ -144,7 +150,11 @@ class ConvertContext:
     def emit(self, op_name: str, operands, attributes=None, result_types=None) -> list[Value]:
         """Create a registered op at the insertion point, tagged with this node's name; returns
         its results. Folds it when all operands are known and the result is small."""
-        op = self.builder.create(op_name, operands, attributes, result_types, loc=self.node_name)
+        try:
+            op = self.builder.create(op_name, operands, attributes, result_types,
+                                     loc=self.node_name)
+        except VerifyError as e:  # an op that cannot be built from this node: the model is bad
+            raise ModelError(f"{self.model_name}: {e}") from None
         spec = lookup(op_name)
         if spec.has_trait("pure") and op.results and all(
                 isinstance(r.type, TensorType) and r.type.size <= FOLD_LIMIT for r in op.results):
@@ -163,6 +173,12 @@ class ConvertContext:
 
     def emit1(self, op_name: str, operands, attributes=None) -> Value:
         return self.emit(op_name, operands, attributes)[0]
+
+    def _materialize(self, name: str) -> Value:
+        op = self.builder.create("graph.constant", [], {"value": self.pending.pop(name)},
+                                 loc=name, result_names=[name])
+        self.known[op.result] = op.attributes["value"].array
+        return op.result
 
     def constant(self, array, name: str | None = None) -> Value:
         """A ``graph.constant`` holding ``array``."""
