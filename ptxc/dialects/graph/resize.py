@@ -12,6 +12,12 @@ index is mapped to a source coordinate ``x``; ``nearest`` takes one input index,
 a small (out, in) matrix. ``antialias`` widens the linear/cubic kernel by ``1 / scale`` when
 downsampling.
 
+Where the ONNX text and its reference implementation differ, ptxc follows the reference (the node
+tests are generated from it): ``align_corners`` and ``tf_crop_and_resize`` divide by the unrounded
+output length ``scale * length_original - 1`` (onnxruntime: the integer length; they agree
+whenever ``scale * length`` is integral), and ``pytorch_half_pixel`` maps an output of length 1 to
+coordinate -0.5.
+
     %y = "graph.resize"(%x) {mode = "linear", coordinate_transformation_mode = "half_pixel",
                              scales = [1.0, 1.0, 2.0, 2.0], sizes = [1, 3, 8, 8], ...}
 """
