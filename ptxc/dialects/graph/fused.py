@@ -1,0 +1,135 @@
+"""Layers with a fused epilogue: ``graph.fused_conv``, ``graph.fused_gemm``, ``graph.fused_matmul``.
+
+A fused op is its base op (same operands and attributes) followed by a scalar epilogue applied to
+every element of the base op's result, as TensorRT's CBR layers are. The epilogue can read extra
+tensors (a residual to add, a per-channel scale), each broadcast to the result's shape:
+
+    %y = "graph.fused_conv"(%x, %w, %b, %res) ({
+    ^bb0(%acc: f32, %r: f32):
+      %s = "arith.add"(%acc, %r) : (f32, f32) -> f32
+      %z = "arith.constant"() {type = f32, value = 0.0} : () -> f32
+      %o = "arith.max"(%s, %z) : (f32, f32) -> f32
+      "graph.yield"(%o) : (f32) -> ()
+    }) {dilations = [1, 1], group = 1, kernel_shape = [3, 3], operand_segments = [1, 1, 1, 1],
+        pads = [1, 1, 1, 1], strides = [1, 1]} : (...) -> tensor<1x8x8x8xf32>
+
+is ``relu(conv(x, w, b) + res)``. Operands: the base op's (optional ones may be absent, as
+``operand_segments`` records) then ``epilogue_inputs``. The epilogue block takes the accumulator
+(the base result's element) then one scalar per epilogue input, and yields the result element.
+
+Everything about the base computation (type inference, checks, reference) is the base op's own,
+applied to a view of the fused op that shows only the base operands; nothing is written twice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.core import Operation
+from ...ir.spec import Operand, OpSpec, fail, lookup, register
+from ...ir.types import TensorType
+from .common import broadcast_shapes
+from .region import run_scalar_body
+
+
+class BaseView:
+    """The fused op as its base op sees it: the base name, base operands, same attributes."""
+
+    __slots__ = ("op", "name", "operands")
+
+    def __init__(self, op: Operation, base: str, operands):
+        self.op, self.name, self.operands = op, base, operands
+
+    def __getattr__(self, item):  # attributes, loc, results, where, ...
+        return getattr(self.op, item)
+
+    def attr(self, name, default=None):
+        if name in self.op.attributes:
+            return self.op.attributes[name]
+        d = lookup(self.name).attributes.get(name)
+        return d.default if d is not None and d.default is not None else default
+
+    @property
+    def where(self) -> str:
+        return self.op.where
+
+
+class Fused(OpSpec):
+    """Base of fused ops; subclasses set ``name`` and ``base``."""
+
+    base: str = ""
+    regions = 1
+    traits = {"pure"}
+
+    @classmethod
+    def declare(cls, name: str, base: str):
+        spec = lookup(base)
+        return register(type(name.split(".")[1].title().replace("_", ""), (cls,), {
+            "__doc__": f"{base} with a scalar epilogue (see the module docstring).",
+            "name": name, "base": base,
+            "operands": tuple(spec.operand_defs) + (Operand("epilogue_inputs", variadic=True),),
+            "results": tuple(spec.result_defs),
+            "attributes": dict(spec.attributes),
+        }))
+
+    # ---- parts -------------------------------------------------------------------------------------
+    def split(self, op, values=None):
+        """(base operands or values, epilogue inputs or values)."""
+        values = list(op.operands if values is None else values)
+        if self.needs_segments():
+            sizes = op.attributes.get("operand_segments")
+            if not isinstance(sizes, tuple) or len(sizes) != len(self.operand_defs):
+                fail(op, "needs operand_segments for its base operands and epilogue_inputs")
+            n_base = sum(sizes[:-1])
+        else:
+            n_base = len(self.operand_defs) - 1  # all base operands are single
+        return values[:n_base], values[n_base:]
+
+    def view(self, op) -> BaseView:
+        return BaseView(op, self.base, self.split(op)[0])
+
+    def epilogue(self, op):
+        return op.regions[0].blocks[0]
+
+    # ---- spec --------------------------------------------------------------------------------------
+    def infer_types(self, op):
+        return lookup(self.base).infer_types(self.view(op))
+
+    def verify(self, op):
+        lookup(self.base).verify(self.view(op))
+        out = op.results[0].type
+        extras = self.split(op)[1]
+        for v in extras:
+            if not isinstance(v.type, TensorType):
+                fail(op, "epilogue inputs must be tensors")
+            if broadcast_shapes(op, out.shape, v.type.shape) != out.shape:
+                fail(op, f"epilogue input {v.type} does not broadcast to the result {out}")
+        blocks = op.regions[0].blocks
+        if len(blocks) != 1:
+            fail(op, "epilogue must be one block")
+        block = blocks[0]
+        want = [out.element] + [v.type.element for v in extras]
+        if [a.type for a in block.args] != want:
+            fail(op, "epilogue arguments must be the accumulator's and the epilogue inputs' "
+                     f"element types ({', '.join(map(str, want))})")
+        last = block.last_op
+        if last is None or last.name != "graph.yield" or len(last.operands) != 1 or \
+                last.operands[0].type != out.element:
+            fail(op, f"epilogue must end with graph.yield of one {out.element}")
+
+    def reference(self, op, args, interp):
+        base_args, extra_args = self.split(op, args)
+        (acc,) = lookup(self.base).reference(self.view(op), base_args, interp)
+        shape = op.results[0].type.shape
+        arrays = [acc] + [np.broadcast_to(a, shape) for a in extra_args]
+        out = run_scalar_body(self.epilogue(op), arrays, interp)
+        return [np.broadcast_to(out, shape).astype(acc.dtype)]
+
+
+FusedConv = Fused.declare("graph.fused_conv", "graph.conv")
+FusedGemm = Fused.declare("graph.fused_gemm", "graph.gemm")
+FusedMatMul = Fused.declare("graph.fused_matmul", "graph.matmul")
+
+#: base op name -> fused op name
+FUSED_OF = {"graph.conv": "graph.fused_conv", "graph.gemm": "graph.fused_gemm",
+            "graph.matmul": "graph.fused_matmul"}
