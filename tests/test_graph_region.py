@@ -86,5 +86,8 @@ def test_fused_conv_is_base_then_epilogue():
 def test_fused_conv_checks_base_and_epilogue():
     with pytest.raises(VerifyError, match="kernel_shape"):
         ptxc.ir.verify(ptxc.parse_ir(FUSED.replace("kernel_shape = [3, 3]", "kernel_shape = [2, 2]")))
+    m = ptxc.parse_ir(FUSED)
+    fused = [op for op in m.walk() if op.name == "graph.fused_conv"][0]
+    fused.regions[0].blocks[0].args[1].type = ptxc.ir.F16
     with pytest.raises(VerifyError, match="epilogue arguments"):
-        ptxc.ir.verify(ptxc.parse_ir(FUSED.replace("^bb0(%acc: f32, %res: f32)", "^bb0(%acc: f32, %res: f16)")))
+        ptxc.ir.verify(m)
