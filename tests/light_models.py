@@ -95,6 +95,9 @@ def with_random_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProt
     del g.node[:]
     g.node.extend(keep)
     g.initializer.extend(new_inits)
+    if m.ir_version < 4:  # old IR: every initializer must also be a graph input
+        for t in new_inits:
+            g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
     return m
 
 

@@ -86,6 +86,8 @@ class Printer:
         key = id(d)
         if key not in self.blob_ids:
             base = _BAD_CHARS.sub("_", hint or "blob") or "blob"
+            if not (base[0].isalpha() or base[0] == "_"):
+                base = "b" + base
             name, i = base, 1
             while name in self.blobs:
                 name = f"{base}_{i}"
@@ -136,7 +138,9 @@ class Printer:
         if op.results:
             head = ", ".join(self._name(r) for r in op.results) + " = "
         operands = ", ".join(self._name(v) for v in op.operands)
-        hint = op.results[0].name_hint if op.results else op.attributes.get("sym_name")
+        # blobs are named after the printed name of the op's first result: stable across
+        # print -> parse -> print
+        hint = self._name(op.results[0])[1:] if op.results else op.attributes.get("sym_name")
         text = f'{indent}{head}"{op.name}"({operands})'
         if op.regions:
             text += " ({"

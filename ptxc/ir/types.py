@@ -97,7 +97,8 @@ class TensorType:
 
     @property
     def nbytes(self) -> int:
-        return (self.size * self.element.bitwidth + 7) // 8
+        """Bytes in memory: i1 takes a byte per element (as numpy's bool)."""
+        return self.size * max(8, self.element.bitwidth) // 8
 
     def with_shape(self, shape) -> "TensorType":
         return TensorType(shape, self.element)
