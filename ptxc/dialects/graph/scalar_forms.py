@@ -80,7 +80,7 @@ def scalar_form_ops() -> list[str]:
     return sorted(_FORMS)
 
 
-# ---- building blocks ----------------------------------------------------------------------------
+# ---- building blocks -------------------------------------------------------------------------
 
 def constant_attr(value, t: ScalarType):
     """``value`` as the ``value`` attribute of an ``arith.constant`` of type ``t``: a bool for i1,
@@ -148,7 +148,7 @@ def _widened(fn):
     return form
 
 
-# ---- activations ----------------------------------------------------------------------------------
+# ---- activations -----------------------------------------------------------------------------
 
 @_form("relu")
 def _relu(op, b, args):
@@ -266,7 +266,7 @@ def _gelu(op, b, args):
     return _op(b, "arith.mul", hx, _op(b, "arith.add", one, t))
 
 
-# ---- unary math -----------------------------------------------------------------------------------
+# ---- unary math ------------------------------------------------------------------------------
 
 def _math(name):
     def form(op, b, args):
@@ -320,7 +320,7 @@ def _identity(op, b, args):
     return args[0]
 
 
-# ---- binary and variadic --------------------------------------------------------------------------
+# ---- binary and variadic ---------------------------------------------------------------------
 
 def _arith(name):
     def form(op, b, args):
@@ -381,7 +381,7 @@ _form("less")(lambda op, b, args: _cmp(b, "lt", *args))
 _form("greater")(lambda op, b, args: _cmp(b, "gt", *args))
 
 
-# ---- graph.elementwise: its own body --------------------------------------------------------------
+# ---- graph.elementwise: its own body ---------------------------------------------------------
 
 def inline_block(block: Block, b: Builder, args) -> list[Value]:
     """Clone the ops of ``block`` at ``b``, its arguments replaced by ``args``; returns the
@@ -401,7 +401,7 @@ def _elementwise(op, b, args):
     return y
 
 
-# ---- building a body from tensors -----------------------------------------------------------------
+# ---- building a body from tensors ------------------------------------------------------------
 
 def scalar_constant(v: Value):
     """The element of ``v`` when it is a one-element ``graph.constant``, else None."""
