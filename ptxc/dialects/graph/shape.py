@@ -53,11 +53,20 @@ def _sorted_unique(op, axes, upper: int, name: str = "axes") -> None:
 
 @register
 class Concat(OpSpec):
-    """Concatenation of the operands along ``axis`` (non-negative); all other dims equal."""
+    """Concatenation of the operands along ``axis`` (non-negative); all other dims equal.
+
+    ``in_place = true`` (set by the eliminate-concat pass): every operand is written by its
+    producer directly into its slice of the result; bufferization allocates only the result and
+    gives each operand an alias into it; no copy. The meaning (a concatenation) is the same."""
 
     name = "graph.concat"
     operands = (Operand("inputs", variadic=True),)
-    attributes = {"axis": Attr("int", required=True)}
+    attributes = {"axis": Attr("int", required=True),
+                  "in_place": Attr("bool", default=False,
+                                   doc="every operand is written by its producer directly into "
+                                       "its slice of the result; bufferization allocates only "
+                                       "the result and gives each operand an alias into it; "
+                                       "no copy")}
     traits = {"pure"}
 
     def infer_types(self, op):

@@ -1,0 +1,133 @@
+"""Concat elimination: producers write straight into their slices of a concat's result.
+
+A ``graph.concat`` is marked ``in_place = true`` (see the Concat op spec): bufferization allocates
+only the result and gives each operand's producer an alias (a view) into its slice, so no copy is
+left. The meaning does not change, so the interpreter still concatenates. A concat can be in
+place when every operand
+
+* is the result of an op: not a function argument (its buffer is the caller's) and not a
+  constant (a global weight, not written by anyone);
+* is not a function result too (it has its own output binding);
+* is not itself a view of another tensor (a ``graph.split`` / ``graph.slice`` result or a
+  ``graph.reshape`` / ``flatten`` / ``squeeze`` / ``unsqueeze``: bufferization aliases those to
+  their source, so they cannot alias the concat as well);
+* appears once in this concat and in no other concat (one tensor has one place to live).
+
+Other readers of an operand are fine: they read the slice. An operand that is itself an in-place
+concat is fine too (nested aliases: DenseNet's chain ``concat(concat(concat(x0, x1), x2), x3)``
+ends up as one buffer with every layer writing its own channels). A concat that stays a copy says
+why in ``--explain`` ("concat_9 stays a copy: operand #0 is the function argument 'x'").
+
+The pass also re-checks concats that are already marked and clears the mark where an earlier
+rewrite broke the rule.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ...ir.core import BlockArgument, Operation, Value
+from ...ir.spec import lookup
+from ..driver import apply_patterns_greedily
+from ..pass_ import Pass, register_pass
+from ..pattern import RewritePattern, producer
+from .fold_batchnorm import label
+
+#: ops whose result bufferizes to a view of their operand
+VIEW_OPS = frozenset({"graph.split", "graph.slice", "graph.reshape", "graph.flatten",
+                      "graph.squeeze", "graph.unsqueeze"})
+
+
+def _arg_name(v: BlockArgument) -> str:
+    owner = v.block.parent_op
+    names = owner.attributes.get("arg_names") if owner is not None else None
+    if names and v.index < len(names):
+        return names[v.index]
+    return v.name_hint or f"#{v.index}"
+
+
+def operand_reason(concat: Operation, i: int, v: Value) -> str | None:
+    """Why operand ``i`` (``v``) of ``concat`` cannot be written in place; None when it can."""
+    if isinstance(v, BlockArgument):
+        return f"operand #{i} is the function argument '{_arg_name(v)}'"
+    p = producer(v)
+    spec = lookup(p.name)
+    if p.name in ("graph.constant", "graph.constant_of_shape") or (
+            spec is not None and spec.has_trait("constant")):
+        return f"operand #{i} is the constant '{label(p)}'"
+    j = concat.operands.index(v)
+    if j != i:
+        return f"operand #{i} repeats operand #{j}"
+    if p.name in VIEW_OPS:
+        return f"operand #{i} is a view ({p.name} '{label(p)}') of another tensor"
+    for u in v.uses:
+        if u.op.name == "func.return":
+            return f"operand #{i} ({label(p)}) is also a function result"
+        if u.op.name == "graph.concat" and u.op is not concat:
+            return f"operand #{i} ({label(p)}) is also an operand of {label(u.op)}"
+    return None
+
+
+def why_copy(concat: Operation) -> str | None:
+    """The first reason ``concat`` must stay a copy; None when it can be in place."""
+    for i, v in enumerate(concat.operands):
+        r = operand_reason(concat, i, v)
+        if r is not None:
+            return r
+    return None
+
+
+class MarkConcatInPlace(RewritePattern):
+    """concat -> concat {in_place = true} when every operand can be written into its slice."""
+
+    root = "graph.concat"
+
+    def match_and_rewrite(self, op, rewriter):
+        reason = why_copy(op)
+        marked = op.attr("in_place") is True
+        if reason is None:
+            if marked:
+                return False
+            rewriter.set_attr(op, "in_place", True)
+            return True
+        if marked:  # an earlier rewrite broke the rule: back to a copy
+            rewriter.set_attr(op, "in_place", None)
+            return True
+        return rewriter.fail(op, f"{label(op)} stays a copy: {reason}")
+
+
+@register_pass
+@attrs.frozen
+class EliminateConcat(Pass):
+    """Mark concats whose operands can be written straight into their slices of the result as
+    ``in_place`` (an alias, not a copy; see :mod:`ptxc.rewrite.passes.eliminate_concat`);
+    ``--explain`` says why the others stay copies.
+
+    Before:
+        "builtin.module"() ({
+          "func.func"() ({
+          ^bb0(%x: tensor<1x2x4xf32>):
+            %a = "graph.relu"(%x) : (tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("relu_1")
+            %b = "graph.sigmoid"(%x) : (tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("sigmoid_2")
+            %c = "graph.concat"(%a, %b) {axis = 1} : (tensor<1x2x4xf32>, tensor<1x2x4xf32>) -> tensor<1x4x4xf32> loc("concat_3")
+            %d = "graph.concat"(%x, %c) {axis = 1} : (tensor<1x2x4xf32>, tensor<1x4x4xf32>) -> tensor<1x6x4xf32> loc("concat_4")
+            "func.return"(%d) : (tensor<1x6x4xf32>) -> ()
+          }) {arg_names = ["x"], function_type = (tensor<1x2x4xf32>) -> (tensor<1x6x4xf32>), result_names = ["d"], sym_name = "main"} : () -> ()
+        }) : () -> ()
+    After:
+        "builtin.module"() ({
+          "func.func"() ({
+          ^bb0(%x: tensor<1x2x4xf32>):
+            %a = "graph.relu"(%x) : (tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("relu_1")
+            %b = "graph.sigmoid"(%x) : (tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("sigmoid_2")
+            %c = "graph.concat"(%a, %b) {axis = 1, in_place = true} : (tensor<1x2x4xf32>, tensor<1x2x4xf32>) -> tensor<1x4x4xf32> loc("concat_3")
+            %d = "graph.concat"(%x, %c) {axis = 1} : (tensor<1x2x4xf32>, tensor<1x4x4xf32>) -> tensor<1x6x4xf32> loc("concat_4")
+            "func.return"(%d) : (tensor<1x6x4xf32>) -> ()
+          }) {arg_names = ["x"], function_type = (tensor<1x2x4xf32>) -> (tensor<1x6x4xf32>), result_names = ["d"], sym_name = "main"} : () -> ()
+        }) : () -> ()
+    """
+
+    name = "eliminate-concat"
+
+    def run(self, module: Operation) -> bool:
+        return apply_patterns_greedily(module, [MarkConcatInPlace])
