@@ -17,7 +17,8 @@ from .core import Block, Operation, Region, Value
 from .types import SCALAR_NAMES, BufferType, FunctionType, ScalarType, TensorType
 
 _WS = re.compile(r"(\s|//[^\n]*)*")
-_SHAPED = re.compile(r"(tensor|buffer)<((?:\d+x)*)([a-z0-9]+)>")
+_SHAPED = re.compile(r"(tensor|buffer)<((?:\d+x)*)([a-z0-9]+)"
+                     r"(?:,\s*strides\s*\[([-\d,\s]*)\])?(?:,\s*offset\s+(-?\d+))?>")
 _VALUE = re.compile(r"%[A-Za-z0-9_.$\-]+")
 _BLOCK = re.compile(r"\^bb\d+")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.$]*")
@@ -89,12 +90,23 @@ class Parser:
         self.ws()
         m = _SHAPED.match(self.text, self.pos)
         if m:
-            kind, dims, el = m.groups()
+            kind, dims, el, strides, offset = m.groups()
             if el not in SCALAR_NAMES:
                 raise self.error(f"unknown element type {el!r}")
             shape = tuple(int(d) for d in dims.split("x") if d)
+            if kind == "tensor":
+                if strides is not None or offset is not None:
+                    raise self.error("only buffers have a layout (strides, offset)")
+                self.pos = m.end()
+                return TensorType(shape, ScalarType(el))
+            try:
+                if strides is not None:
+                    strides = tuple(int(s) for s in strides.split(",") if s.strip())
+                t = BufferType(shape, ScalarType(el), strides, int(offset or 0))
+            except ValueError as e:
+                raise self.error(f"bad buffer layout: {e}") from None
             self.pos = m.end()
-            return (TensorType if kind == "tensor" else BufferType)(shape, ScalarType(el))
+            return t
         if self.peek("("):
             ins = self.type_list()
             self.expect("->")

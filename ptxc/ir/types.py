@@ -1,7 +1,8 @@
 """IR types: scalars, tensors (values), buffers (memory), functions.
 
 Textual forms follow MLIR: ``f32``, ``i1``, ``ui8``, ``index``, ``tensor<1x3x224x224xf32>``,
-``tensor<f32>`` (rank 0), ``buffer<4x4xf16>``, ``(tensor<2xf32>) -> (tensor<2xf32>)``.
+``tensor<f32>`` (rank 0), ``buffer<4x4xf16>``, ``buffer<4x4xf16, strides [8, 1], offset 2>`` (a
+buffer with a non-default layout), ``(tensor<2xf32>) -> (tensor<2xf32>)``.
 Shapes are static: every dimension is a non-negative int.
 """
 
@@ -107,15 +108,53 @@ class TensorType:
         return TensorType(self.shape, element)
 
 
+def row_major_strides(shape) -> tuple[int, ...]:
+    """The strides (in elements) of a dense row-major array of ``shape``."""
+    strides, acc = [], 1
+    for d in reversed(tuple(shape)):
+        strides.append(acc)
+        acc *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
+def _layout_ints(s):
+    return None if s is None else tuple(int(x) for x in s)
+
+
 @attrs.frozen
 class BufferType:
-    """A region of memory of static shape (row-major) in the loop dialect."""
+    """A region of memory of static shape in the loop dialect, with a static layout.
+
+    Element ``(i_0, ..., i_{n-1})`` lives at ``offset + sum_k i_k * strides[k]`` elements from the
+    buffer's base pointer. The default layout is row-major with offset 0; ``strides=None`` means
+    that default, so ``BufferType(s, e) == BufferType(s, e, row_major_strides(s), 0)`` (``strides``
+    always reads back as a tuple). Strides may be negative (reversed slices) as long as no element
+    lies before the base pointer. Textual form, the layout suffix only when not the default:
+    ``buffer<4x8xf32>``, ``buffer<4x8xf32, strides [16, 1], offset 4>``,
+    ``buffer<4xf32, offset 2>``.
+    """
 
     shape: tuple[int, ...] = attrs.field(converter=lambda s: tuple(int(d) for d in s))
     element: ScalarType
+    strides: tuple[int, ...] | None = attrs.field(default=None, converter=_layout_ints)
+    offset: int = attrs.field(default=0, converter=int)
+
+    def __attrs_post_init__(self):
+        if self.strides is None:
+            object.__setattr__(self, "strides", row_major_strides(self.shape))
+        if len(self.strides) != len(self.shape):
+            raise ValueError(f"buffer of rank {len(self.shape)} with {len(self.strides)} strides")
+        if self.size and self.min_element < 0:
+            raise ValueError(f"buffer layout strides {list(self.strides)}, offset {self.offset} "
+                             "reaches before the base pointer")
 
     def __str__(self) -> str:
-        return f"buffer<{_dims(self.shape)}{self.element}>"
+        suffix = ""
+        if self.strides != row_major_strides(self.shape):
+            suffix += ", strides [" + ", ".join(map(str, self.strides)) + "]"
+        if self.offset:
+            suffix += f", offset {self.offset}"
+        return f"buffer<{_dims(self.shape)}{self.element}{suffix}>"
 
     @property
     def rank(self) -> int:
@@ -124,6 +163,29 @@ class BufferType:
     @property
     def size(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def is_default_layout(self) -> bool:
+        """Row-major with offset 0 (the layout of a fresh allocation or a dense argument)."""
+        return self.offset == 0 and self.strides == row_major_strides(self.shape)
+
+    @property
+    def min_element(self) -> int:
+        """The lowest element offset from the base pointer that the buffer touches."""
+        return self.offset + sum(min(0, (d - 1) * s) for d, s in zip(self.shape, self.strides))
+
+    @property
+    def max_element(self) -> int:
+        """The highest element offset from the base pointer that the buffer touches."""
+        return self.offset + sum(max(0, (d - 1) * s) for d, s in zip(self.shape, self.strides))
+
+    @property
+    def span(self) -> int:
+        """Elements from the base pointer needed to hold every element (0 when empty)."""
+        return self.max_element + 1 if self.size else 0
+
+    def with_layout(self, strides, offset: int = 0) -> "BufferType":
+        return BufferType(self.shape, self.element, strides, offset)
 
 
 @attrs.frozen

@@ -1,0 +1,507 @@
+"""The loop dialect: buffers, loop nests, loads and stores; scalar math is arith/math.
+
+This is the last stage before LLVM IR (docs/lowering.md). A function works on memory: its
+arguments are buffers (inputs, and outputs it writes), ``loop.alloc`` makes scratch buffers,
+``loop.global`` names a constant buffer (a weight), ``loop.view`` aliases part of a buffer with
+another static layout. Work is done by loop nests::
+
+    ^bb0(%x: buffer<4x8xf32>, %y: buffer<4xf32>):
+      "loop.parallel"() ({
+      ^bb0(%i: index):
+        %z = "arith.constant"() {type = f32, value = 0.0} : () -> f32
+        "loop.store"(%z, %y, %i) : (f32, buffer<4xf32>, index) -> ()
+        "loop.for"() ({
+        ^bb0(%k: index):
+          %a = "loop.load"(%y, %i) : (buffer<4xf32>, index) -> f32
+          %b = "loop.load"(%x, %i, %k) : (buffer<4x8xf32>, index, index) -> f32
+          %s = "arith.add"(%a, %b) : (f32, f32) -> f32
+          "loop.store"(%s, %y, %i) : (f32, buffer<4xf32>, index) -> ()
+          "loop.yield"() : () -> ()
+        }) {lower = 0, step = 1, upper = 8} : () -> ()
+        "loop.yield"() : () -> ()
+      }) {lower = [0], step = [1], upper = [4]} : () -> ()
+
+Decisions beyond docs/lowering.md:
+
+* ``loop.for`` may carry values (MLIR's ``scf.for`` iter_args): operands are the initial values,
+  the block gets ``(%iv, %carried...)``, ``loop.yield`` gives the next values and the op's results
+  are the last ones. Reductions can then accumulate in registers, not through memory.
+* ``loop.view``'s ``offset`` and ``strides`` are absolute, in elements from the base pointer of the
+  memory under ``source`` (as ``memref.reinterpret_cast``), and its result type carries exactly
+  that layout; :func:`subview_type` and :func:`reshape_type` compose slices and reshapes of a
+  buffer that already has a layout.
+* ``loop.alloc`` and ``loop.global`` appear only at the top level of a function (a buffer per
+  iteration would need a per-iteration allocation); views may appear anywhere.
+* Output bindings: the function attribute ``loop.outputs`` lists the names (from ``arg_names``)
+  of the arguments that are outputs, in result order; :func:`run_main` allocates them and returns
+  them by name.
+
+Reference semantics are vectorized. A ``loop.parallel`` runs its body once with its induction
+variables as broadcast index grids of all iteration points (new axes are prepended, so values of
+an enclosing parallel broadcast against them by numpy's right-aligned rules); ``loop.load`` is a
+fancy-index gather and ``loop.store`` a scatter, exact because parallel iterations are
+independent. ``loop.for`` runs sequentially, each step vectorized over the enclosing parallel
+points. Buffers are numpy arrays; a view is a strided numpy view of the same memory, so writes
+through it land in the source. A fresh ``loop.alloc`` is filled with NaN (floats) or zeros, so
+that reading memory nobody wrote shows up in numerics checks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import BindingError, CompileError
+from ..ir.builder import Builder
+from ..ir.core import Block, Operation, Region, Value
+from ..ir.spec import Attr, Operand, OpSpec, Result, fail, register
+from ..ir.types import INDEX, BufferType, ScalarType
+
+#: function attribute: the names of the arguments that are output bindings, in result order
+OUTPUTS_ATTR = "loop.outputs"
+
+
+# ---- layouts --------------------------------------------------------------------------------
+
+def subview_type(source: BufferType, offsets, sizes, steps=None) -> BufferType:
+    """The type of the slice ``source[o0 : o0 + s0*t0 : t0, ...]`` (``sizes`` elements along each
+    dimension, ``steps`` may be negative): a buffer over the same memory."""
+    steps = tuple(steps) if steps is not None else (1,) * source.rank
+    if not (len(offsets) == len(sizes) == len(steps) == source.rank):
+        raise ValueError(f"a slice of {source} needs {source.rank} offsets, sizes and steps")
+    for o, n, t, d in zip(offsets, sizes, steps, source.shape):
+        if n and not (0 <= o < d and 0 <= o + (n - 1) * t < d):
+            raise ValueError(f"slice offset {o}, size {n}, step {t} leaves a dimension of {d}")
+    offset = source.offset + sum(o * s for o, s in zip(offsets, source.strides))
+    strides = tuple(t * s for t, s in zip(steps, source.strides))
+    return BufferType(sizes, source.element, strides, offset)
+
+
+def reshape_type(source: BufferType, shape) -> BufferType | None:
+    """The type of ``source`` seen with another shape (row-major element order), or None when its
+    layout cannot express that shape as strides (the caller then needs a copy)."""
+    shape = tuple(int(d) for d in shape)
+    if int(np.prod(shape, dtype=np.int64)) != source.size:
+        raise ValueError(f"cannot reshape {source} to {list(shape)}")
+    if source.is_default_layout:
+        return BufferType(shape, source.element)
+    # numpy's rule for reshaping without a copy, on a probe with the same strides (in bytes of
+    # an int8: elements); no memory is touched
+    probe = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), source.shape, source.strides)
+    try:
+        view = np.reshape(probe, shape, copy=False)
+    except ValueError:
+        return None
+    return BufferType(shape, source.element, view.strides, source.offset)
+
+
+# ---- memory in the interpreter --------------------------------------------------------------
+
+class _Memory:
+    """Carries an ``__array_interface__`` for a strided view and keeps its owner alive."""
+
+    def __init__(self, interface: dict, owner):
+        self.__array_interface__ = interface
+        self.owner = owner
+
+
+def restride(array: np.ndarray, src: BufferType, new: BufferType) -> np.ndarray:
+    """A numpy view with ``new``'s layout over the memory of ``array`` (laid out as ``src``):
+    both layouts count from the same base pointer. This is ``as_strided`` with an origin that may
+    lie before ``array``'s first element."""
+    dtype = array.dtype
+    if new.size == 0:
+        return np.empty(new.shape, dtype)
+    if array.size == 0:
+        raise CompileError(f"a view of {new} into an empty buffer")
+    isz = dtype.itemsize
+    for d, have, want in zip(array.shape, array.strides, src.strides):
+        if d > 1 and have != want * isz:
+            raise CompileError(f"a buffer of type {src} is held in memory with strides "
+                               f"{[s // isz for s in array.strides]}; its layout is not the "
+                               "declared one")
+    ptr, readonly = array.__array_interface__["data"]
+    base = ptr - src.offset * isz
+    iface = {"version": 3, "shape": new.shape, "typestr": dtype.str,
+             "data": (base + new.offset * isz, readonly),
+             "strides": tuple(s * isz for s in new.strides)}
+    return np.asarray(_Memory(iface, array))
+
+
+def allocate(t: BufferType, fill: bool = True) -> np.ndarray:
+    """A fresh buffer of type ``t`` (a view of ``t.span`` elements of new memory), filled with NaN
+    for floats and zeros otherwise (``fill``), so reads of unwritten memory are visible."""
+    dtype = t.element.np_dtype
+    root = np.zeros(max(t.span, 1), dtype)
+    if fill and dtype.kind == "f":
+        root[:] = np.nan
+    if t.is_default_layout:
+        return root[:t.size].reshape(t.shape)
+    return restride(root, BufferType((root.size,), t.element), t)
+
+
+# ---- ops -----------------------------------------------------------------------------------
+
+def _buffer(op: Operation, i: int) -> BufferType:
+    t = op.operands[i].type
+    if not isinstance(t, BufferType):
+        fail(op, f"operand #{i} must be a buffer, is {t}")
+    return t
+
+
+def _top_level_only(op: Operation) -> None:
+    parent = op.parent_op
+    if parent is not None and parent.name != "func.func":
+        fail(op, f"must be at the top level of a function, not inside {parent.name}")
+
+
+@register
+class Alloc(OpSpec):
+    """A new buffer of the result type (its contents are undefined until written)."""
+
+    name = "loop.alloc"
+    operands = ()
+    results = ("buffer",)
+
+    def verify(self, op):
+        if not isinstance(op.results[0].type, BufferType):
+            fail(op, "result must be a buffer")
+        _top_level_only(op)
+
+    def reference(self, op, args, interp):
+        return [allocate(op.results[0].type)]
+
+
+@register
+class Global(OpSpec):
+    """A constant buffer: ``name`` is its weight binding, ``value`` its contents. Read-only."""
+
+    name = "loop.global"
+    operands = ()
+    results = ("buffer",)
+    attributes = {"name": Attr("str", required=True), "value": Attr("dense", required=True)}
+    traits = {"pure"}
+
+    def infer_types(self, op):
+        v = op.attributes.get("value")
+        if v is None:
+            return None
+        return [BufferType(v.type.shape, v.type.element)]
+
+    def verify(self, op):
+        _top_level_only(op)
+
+    def reference(self, op, args, interp):
+        return [op.attributes["value"].array]  # read-only: a store into it fails
+
+
+@register
+class View(OpSpec):
+    """An alias of ``source``'s memory with layout ``shape``/``strides``/``offset`` (elements,
+    counted from the base pointer under ``source``)."""
+
+    name = "loop.view"
+    operands = ("source",)
+    results = ("view",)
+    attributes = {"offset": Attr("int", default=0), "shape": Attr("ints", required=True),
+                  "strides": Attr("ints", required=True)}
+    traits = {"pure"}
+
+    def infer_types(self, op):
+        src = _buffer(op, 0)
+        shape, strides = op.attributes.get("shape"), op.attributes.get("strides")
+        if shape is None or strides is None or len(shape) != len(strides):
+            fail(op, "needs shape and strides of one length")
+        try:
+            return [BufferType(shape, src.element, strides, op.attr("offset"))]
+        except ValueError as e:
+            fail(op, str(e))
+
+    def verify(self, op):
+        src, new = _buffer(op, 0), op.results[0].type
+        if new.size and (src.size == 0 or new.min_element < src.min_element
+                         or new.max_element > src.max_element):
+            fail(op, f"view {new} reaches outside its source {src}")
+
+    def reference(self, op, args, interp):
+        return [restride(args[0], op.operands[0].type, op.results[0].type)]
+
+
+def _check_body(op: Operation, arg_types: list, yields: list) -> Block:
+    blocks = op.regions[0].blocks
+    if len(blocks) != 1:
+        fail(op, f"body must be one block, has {len(blocks)}")
+    block = blocks[0]
+    if [a.type for a in block.args] != arg_types:
+        fail(op, "body arguments must be " + (", ".join(map(str, arg_types)) or "none")
+             + ", are " + (", ".join(str(a.type) for a in block.args) or "none"))
+    last = block.last_op
+    if last is None or last.name != "loop.yield":
+        fail(op, "body must end with loop.yield")
+    if [v.type for v in last.operands] != yields:
+        fail(op, "loop.yield must give " + (", ".join(map(str, yields)) or "nothing"))
+    return block
+
+
+@register
+class For(OpSpec):
+    """A sequential loop ``for iv in range(lower, upper, step)``; may carry values: the operands
+    are their initial values, the body gets ``(iv, carried...)`` and yields the next ones, the
+    results are the last ones."""
+
+    name = "loop.for"
+    operands = (Operand("inits", variadic=True),)
+    results = (Result("results", variadic=True),)
+    attributes = {"lower": Attr("int", required=True), "upper": Attr("int", required=True),
+                  "step": Attr("int", default=1)}
+    regions = 1
+
+    def infer_types(self, op):
+        return [v.type for v in op.operands]
+
+    def verify(self, op):
+        if op.attr("step") <= 0:
+            fail(op, f"step must be positive, is {op.attr('step')}")
+        types = [v.type for v in op.operands]
+        if not all(isinstance(t, ScalarType) for t in types):
+            fail(op, "carried values must be scalars")
+        _check_body(op, [INDEX] + types, types)
+
+    def reference(self, op, args, interp):
+        block = op.regions[0].blocks[0]
+        carried = list(args)
+        for i in range(op.attributes["lower"], op.attributes["upper"], op.attr("step")):
+            carried = interp.run_block(block, [np.int64(i), *carried])
+        return carried
+
+
+@register
+class Parallel(OpSpec):
+    """A loop nest whose iterations are independent: one ``index`` block argument per dimension,
+    ``lower``/``upper``/``step`` one entry per dimension (no dimensions: the body runs once)."""
+
+    name = "loop.parallel"
+    operands = ()
+    results = ()
+    attributes = {"lower": Attr("ints", required=True), "upper": Attr("ints", required=True),
+                  "step": Attr("ints")}
+    regions = 1
+
+    def infer_types(self, op):
+        return []
+
+    def verify(self, op):
+        lo, hi = op.attributes["lower"], op.attributes["upper"]
+        step = op.attr("step") or (1,) * len(lo)
+        if not (len(lo) == len(hi) == len(step)):
+            fail(op, "lower, upper and step must have one entry per dimension")
+        if any(s <= 0 for s in step):
+            fail(op, f"steps must be positive, are {list(step)}")
+        _check_body(op, [INDEX] * len(lo), [])
+
+    def reference(self, op, args, interp):
+        lo, hi = op.attributes["lower"], op.attributes["upper"]
+        step = op.attr("step") or (1,) * len(lo)
+        ranges = [np.arange(a, b, s, dtype=np.int64) for a, b, s in zip(lo, hi, step)]
+        if any(r.size == 0 for r in ranges):
+            return []
+        outer = getattr(interp, "loop_vector_rank", 0)
+        k = len(ranges)
+        grids = []
+        for d, r in enumerate(ranges):
+            shape = [1] * (k + outer)
+            shape[d] = r.size
+            grids.append(r.reshape(shape))
+        interp.loop_vector_rank = outer + k
+        try:
+            interp.run_block(op.regions[0].blocks[0], grids)
+        finally:
+            interp.loop_vector_rank = outer
+        return []
+
+
+@register
+class Yield(OpSpec):
+    """Ends a loop body; in a ``loop.for`` with carried values, gives their next values."""
+
+    name = "loop.yield"
+    operands = (Operand("values", variadic=True),)
+    results = ()
+    traits = {"terminator"}
+
+    def infer_types(self, op):
+        return []
+
+    def reference(self, op, args, interp):
+        return []
+
+
+def _indices(op: Operation, first: int, t: BufferType) -> None:
+    idx = op.operands[first:]
+    if len(idx) != t.rank:
+        fail(op, f"{t} needs {t.rank} indices, has {len(idx)}")
+    for i, v in enumerate(idx):
+        if v.type != INDEX:
+            fail(op, f"index #{i} must be index, is {v.type}")
+
+
+def _check_bounds(op: Operation, t: BufferType, idx: list) -> None:
+    for k, (i, d) in enumerate(zip(idx, t.shape)):
+        i = np.asarray(i)
+        if i.size and (i.min() < 0 or i.max() >= d):
+            raise CompileError(f"{op.where}: index #{k} in [{i.min()}, {i.max()}] is out of "
+                               f"bounds for {t}")
+
+
+@register
+class Load(OpSpec):
+    """One element of ``buffer`` at ``indices``."""
+
+    name = "loop.load"
+    operands = ("buffer", Operand("indices", variadic=True))
+    results = ("value",)
+
+    def infer_types(self, op):
+        return [_buffer(op, 0).element]
+
+    def verify(self, op):
+        _indices(op, 1, _buffer(op, 0))
+
+    def reference(self, op, args, interp):
+        buf, *idx = args
+        _check_bounds(op, op.operands[0].type, idx)
+        if all(np.ndim(i) == 0 for i in idx):
+            return [buf[tuple(int(i) for i in idx)]]
+        return [buf[tuple(np.asarray(i) for i in idx)]]
+
+
+@register
+class Store(OpSpec):
+    """Write ``value`` into ``buffer`` at ``indices``."""
+
+    name = "loop.store"
+    operands = ("value", "buffer", Operand("indices", variadic=True))
+    results = ()
+
+    def infer_types(self, op):
+        return []
+
+    def verify(self, op):
+        t = _buffer(op, 1)
+        if op.operands[0].type != t.element:
+            fail(op, f"stores a {op.operands[0].type} into {t}")
+        _indices(op, 2, t)
+
+    def reference(self, op, args, interp):
+        value, buf, *idx = args
+        if not buf.flags.writeable:
+            raise CompileError(f"{op.where}: stores into a read-only buffer (a loop.global)")
+        _check_bounds(op, op.operands[1].type, idx)
+        value = np.asarray(value, dtype=buf.dtype)
+        if not idx:  # rank 0: parallel iterations would race; the last one wins
+            buf[()] = value.reshape(-1)[-1] if value.size else buf[()]
+            return []
+        *idx, value = np.broadcast_arrays(*[np.asarray(i) for i in idx], value)
+        buf[tuple(idx)] = value
+        return []
+
+
+@register
+class Copy(OpSpec):
+    """Copy every element of ``source`` into ``dest`` (same shape and element type; the two must
+    not overlap unless they are the same memory)."""
+
+    name = "loop.copy"
+    operands = ("source", "dest")
+    results = ()
+
+    def infer_types(self, op):
+        return []
+
+    def verify(self, op):
+        s, d = _buffer(op, 0), _buffer(op, 1)
+        if s.shape != d.shape or s.element != d.element:
+            fail(op, f"copies {s} into {d}: shapes and element types must match")
+
+    def reference(self, op, args, interp):
+        src, dst = args
+        if not dst.flags.writeable:
+            raise CompileError(f"{op.where}: copies into a read-only buffer (a loop.global)")
+        dst[...] = src
+        return []
+
+
+# ---- building loops ------------------------------------------------------------------------
+
+def parallel_loop(b: Builder, lower, upper, step=None, loc: str | None = None):
+    """Insert a ``loop.parallel`` at ``b``; returns ``(op, body_builder, ivs)``. The body already
+    ends with ``loop.yield``; ``body_builder`` inserts before it."""
+    lower, upper = tuple(lower), tuple(upper)
+    block = Block([INDEX] * len(lower))
+    attrs = {"lower": lower, "upper": upper}
+    if step is not None and any(s != 1 for s in step):
+        attrs["step"] = tuple(step)
+    op = b.create("loop.parallel", [], attrs, regions=[Region([block])], loc=loc)
+    y = Builder.at_end(block).create("loop.yield", [])
+    return op, Builder.before_op(y), list(block.args)
+
+
+def for_loop(b: Builder, lower: int, upper: int, step: int = 1, inits=(),
+             loc: str | None = None):
+    """Insert a ``loop.for`` at ``b``; returns ``(op, body_builder, iv, carried)``. Without
+    carried values the body already ends with ``loop.yield`` and ``body_builder`` inserts before
+    it; with them, the caller ends the body with ``loop.yield`` of the next values."""
+    inits = list(inits)
+    block = Block([INDEX] + [v.type for v in inits])
+    attrs = {"lower": int(lower), "upper": int(upper)}
+    if step != 1:
+        attrs["step"] = int(step)
+    op = b.create("loop.for", [inits], attrs, regions=[Region([block])], loc=loc)
+    if inits:
+        return op, Builder.at_end(block), block.args[0], list(block.args[1:])
+    y = Builder.at_end(block).create("loop.yield", [])
+    return op, Builder.before_op(y), block.args[0], []
+
+
+# ---- running a loop-level function ------------------------------------------------------------
+
+def output_names(func: Operation) -> list[str]:
+    """The names of ``func``'s output arguments (``loop.outputs``), in result order."""
+    return list(func.attributes.get(OUTPUTS_ATTR, ()))
+
+
+def bind_argument(name: str, t: BufferType, x) -> np.ndarray:
+    """An interpreter buffer for an input argument: a fresh copy of ``x`` (of the argument's
+    shape and dtype) laid out as ``t``."""
+    x = np.asarray(x)
+    if not isinstance(t, BufferType):
+        raise BindingError(f"argument {name!r} has type {t}; loop functions take buffers")
+    if x.dtype != t.element.np_dtype or x.shape != t.shape:
+        raise BindingError(f"argument {name!r} is {x.dtype}{list(x.shape)}, expected {t}")
+    buf = allocate(t, fill=False)
+    buf[...] = x
+    return buf
+
+
+def run_main(module: Operation, inputs: dict, func: str = "main") -> dict:
+    """Interpret a loop-level function: bind ``inputs`` (name -> array) to its input arguments,
+    allocate its output arguments (``loop.outputs``), run it and return the outputs by name."""
+    from ..dialects.func import arg_names, func_body, get_func
+    from ..ir.interpreter import Interpreter
+    try:
+        f = get_func(module, func)
+    except KeyError:
+        raise BindingError(f"module has no function {func!r}") from None
+    names, args = arg_names(f), func_body(f).args
+    outs = output_names(f)
+    unknown = sorted(set(outs) - set(names))
+    if unknown:
+        raise BindingError(f"{OUTPUTS_ATTR} names {unknown}, which are not arguments")
+    wanted = [n for n in names if n not in outs]
+    extra, missing = sorted(set(inputs) - set(wanted)), [n for n in wanted if n not in inputs]
+    if extra or missing:
+        raise BindingError(f"inputs {wanted} expected; missing {missing}, unknown {extra}")
+    bound = {}
+    for n, a in zip(names, args):
+        bound[n] = allocate(a.type) if n in outs else bind_argument(n, a.type, inputs[n])
+    Interpreter().run_func(f, [bound[n] for n in names])
+    return {n: np.array(bound[n]) for n in outs}
