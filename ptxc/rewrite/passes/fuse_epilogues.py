@@ -74,8 +74,8 @@ class FuseEpilogue(RewritePattern):
             return rewriter.fail(op, f"{me} + {op_label(cand)} not fused: {me} has "
                                      f"{len(users)} users")
         (user,) = users
-        if user.name == "func.return":
-            return False
+        if user.name == "func.return" or user.name in FUSED_OF or user.name in _BASE_OF:
+            return False  # an output, or conv -> conv: nothing that could have fused
         why = f"{me} + {op_label(user)} not fused"
         if scalar_form(user) is None:
             return rewriter.fail(op, f"{why}: {user.name} has no scalar form")
