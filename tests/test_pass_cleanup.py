@@ -193,6 +193,19 @@ def test_noop_patterns_are_canonicalization_patterns():
     assert body_text(m) == [f'"func.return"(%x) : ({T}) -> ()']
 
 
+def test_canonicalize_narrows_a_split_only_where_that_adds_no_op():
+    split = ('%a, %b, %c = "graph.split"(%x) {axis = 0, split = [1, 1, 1]} : (tensor<3xf32>) -> '
+             '(tensor<1xf32>, tensor<1xf32>, tensor<1xf32>) loc("split_1")')
+    two = module("%x: tensor<3xf32>", split, [("%a", "tensor<1xf32>"), ("%c", "tensor<1xf32>")])
+    unchanged("canonicalize", two)
+    assert run("eliminate-noops", two) is True
+    assert print_ir(two).count('"graph.slice"') == 2
+    one = module("%x: tensor<3xf32>", split, [("%b", "tensor<1xf32>")])
+    assert run("canonicalize", one) is True
+    assert body_text(one)[0] == ('%b = "graph.slice"(%x) {ends = [2], starts = [1], steps = [1]} '
+                                 ': (tensor<3xf32>) -> tensor<1xf32> loc("split_1")')
+
+
 # ---- fold-constants -------------------------------------------------------------------------
 
 def test_constant_of_shape_becomes_a_constant_with_its_name_and_loc():

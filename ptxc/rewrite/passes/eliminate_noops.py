@@ -20,7 +20,8 @@ exact only up to the sign of zero.
 
 Every pattern here is also a canonicalization pattern (registered with
 :func:`~ptxc.rewrite.canonicalization.register_canonicalization`), so ``canonicalize`` applies
-them too. Replacing ``%y = noop(%x)`` by ``%x`` keeps ``%x``'s name; an output of the function
+them too; the split narrowing only where one result is used, so that it never adds ops (one
+split becomes one slice). Replacing ``%y = noop(%x)`` by ``%x`` keeps ``%x``'s name; an output of the function
 that was such a ``%y`` is returned as ``%x`` under its own binding name (the function's
 ``result_names`` are unchanged).
 """
@@ -124,17 +125,24 @@ RemoveUnitTile = _declare("RemoveUnitTile", "graph.tile", _repeats_are_one,
                           "tile(x, [1, 1, ...]) -> x")
 
 
-@register_canonicalization
 class SplitUnusedOutputs(RewritePattern):
     """A ``graph.split`` with some results unused becomes one ``graph.slice`` per used result
     (the same elements, so exact; each slice keeps the split's loc and its result's name).
-    A split whose results are all used, or all unused (dead: the driver erases it), stays."""
+    A split whose results are all used, or all unused (dead: the driver erases it), stays.
+
+    ``max_used`` (None: any number) limits how many used results it rewrites: the instance
+    registered for ``canonicalize`` takes 1, so that canonicalization never adds ops."""
 
     root = "graph.split"
+
+    def __init__(self, max_used: int | None = None):
+        self.max_used = max_used
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
         used = [r for r in op.results if r.uses]
         if not used or len(used) == len(op.results):
+            return False
+        if self.max_used is not None and len(used) > self.max_used:
             return False
         t = op.operands[0].type
         axis = op.attr("axis")
@@ -152,12 +160,15 @@ class SplitUnusedOutputs(RewritePattern):
         return True
 
 
+register_canonicalization(SplitUnusedOutputs(max_used=1))
+
+
 #: the patterns of ``eliminate-noops``, in the order they are tried
 NOOP_PATTERNS = (RemoveIdentity, RemoveDropout, RemoveNoopReshape, RemoveNoopFlatten,
                  RemoveNoopSqueeze, RemoveNoopUnsqueeze, RemoveNoopExpand, RemoveNoopCast,
                  RemoveIdentityTranspose, RemoveZeroPad, RemoveSingleConcat, RemoveSingleSum,
                  RemoveSingleMax, RemoveSingleMin, RemoveSingleMean, RemoveFullSlice,
-                 RemoveSingleSplit, RemoveUnitTile, SplitUnusedOutputs)
+                 RemoveSingleSplit, RemoveUnitTile, SplitUnusedOutputs())
 
 
 @register_pass
