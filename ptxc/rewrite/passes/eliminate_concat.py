@@ -19,7 +19,9 @@ ends up as one buffer with every layer writing its own channels). A concat that 
 why in ``--explain`` ("concat_9 stays a copy: operand #0 is the function argument 'x'").
 
 The pass also re-checks concats that are already marked and clears the mark where an earlier
-rewrite broke the rule.
+rewrite broke the rule; and it removes concats that undo a split (every result of a
+``graph.split``, in order, along its axis: the split's input instead), which is what horizontal
+merging leaves when the merged siblings were concatenated.
 """
 
 from __future__ import annotations
@@ -60,9 +62,9 @@ def operand_reason(concat: Operation, i: int, v: Value) -> str | None:
         return f"operand #{i} repeats operand #{j}"
     if p.name in VIEW_OPS:
         return f"operand #{i} is a view ({p.name} '{label(p)}') of another tensor"
+    if any(u.op.name == "func.return" for u in v.uses):
+        return f"operand #{i} ({label(p)}) is also a function result"
     for u in v.uses:
-        if u.op.name == "func.return":
-            return f"operand #{i} ({label(p)}) is also a function result"
         if u.op.name == "graph.concat" and u.op is not concat:
             return f"operand #{i} ({label(p)}) is also an operand of {label(u.op)}"
     return None
@@ -75,6 +77,38 @@ def why_copy(concat: Operation) -> str | None:
         if r is not None:
             return r
     return None
+
+
+class ConcatOfSplit(RewritePattern):
+    """``concat(..., split(x)#0, ..., split(x)#n-1, ...)`` along the split's axis, every result of
+    the split in order -> ``concat(..., x, ...)``, and a concat of one operand -> that operand
+    (what merge-siblings leaves when the merged siblings were concatenated, as in Inception's
+    and SqueezeNet's modules and Q/K/V projections)."""
+
+    root = "graph.concat"
+    benefit = 2
+
+    def match_and_rewrite(self, op, rewriter):
+        if len(op.operands) == 1:
+            rewriter.replace_op(op, [op.operands[0]])
+            return True
+        axis = op.attr("axis")
+        for i, v in enumerate(op.operands):
+            p = producer(v)
+            if p is None or p.name != "graph.split" or v is not p.results[0] or \
+                    p.attr("axis") != axis or len(p.results) < 2:
+                continue
+            n = len(p.results)
+            if list(op.operands[i:i + n]) != list(p.results):
+                continue
+            rest = list(op.operands[:i]) + [p.operands[0]] + list(op.operands[i + n:])
+            if len(rest) == 1:
+                rewriter.replace_op(op, [rest[0]])
+            else:
+                new = rewriter.create("graph.concat", [rest], dict(op.attributes), loc=op.loc)
+                rewriter.replace_op(op, new.results)
+            return True
+        return False
 
 
 class MarkConcatInPlace(RewritePattern):
@@ -130,4 +164,4 @@ class EliminateConcat(Pass):
     name = "eliminate-concat"
 
     def run(self, module: Operation) -> bool:
-        return apply_patterns_greedily(module, [MarkConcatInPlace])
+        return apply_patterns_greedily(module, [ConcatOfSplit, MarkConcatInPlace])

@@ -45,7 +45,7 @@ GEOMETRY = {"conv": ("kernel_shape", "strides", "pads", "dilations"), "gemm": ("
             "matmul": ()}
 
 
-# ---- reading an op ---------------------------------------------------------------------------------
+# ---- reading an op -------------------------------------------------------------------------------
 
 def is_fused(op: Operation) -> bool:
     return op.name.startswith("graph.fused_")
@@ -120,6 +120,10 @@ def pair_reason(a: Operation, b: Operation) -> str | None:
             return f"differ in {k}"
     if a.result.type.element != b.result.type.element:
         return "differ in element type"
+    if FAMILY[a.name] == "gemm" and not a.result.type.element.is_float:
+        for k in ("alpha", "beta"):  # integer weights cannot take a float factor
+            if a.attr(k) != b.attr(k):
+                return f"differ in {k}"
     if a.name != b.name or (is_fused(a) and not same_region(a.regions[0], b.regions[0])):
         return "differ in epilogue"
     return None
