@@ -52,7 +52,8 @@ def _cmd_explore(args) -> int:
                    print_ir_after_all=args.print_ir_after_all,
                    print_ir_after_change=args.print_ir_after_change, dump_dir=args.dump_dir,
                    timing=args.timing, check_numerics=args.check_numerics,
-                   elide_constants=not args.show_constants)
+                   elide_constants=not args.show_constants, report=not args.no_report,
+                   explain=args.explain)
     sys.stdout.write(text)
     return 0
 
@@ -81,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--timing", action="store_true", help="report time per pass")
     e.add_argument("--check-numerics", action="store_true",
                    help="interpret before and after each pass on random inputs and compare")
+    e.add_argument("--explain", action="store_true",
+                   help="for each fusion pattern: where it fired, where it nearly did and why not")
+    e.add_argument("--no-report", action="store_true",
+                   help="leave out the op counts before and after the graph passes")
     e.add_argument("--show-constants", action="store_true",
                    help="print constant contents (blobs) instead of eliding them")
     e.set_defaults(fn=_cmd_explore)

@@ -19,7 +19,7 @@ from .ir.printer import print_ir
 STAGES = ("graph", "tensor", "loop", "llvm", "ptx")
 
 #: the graph-stage pipeline used when none is given (the graph optimizer extends it)
-DEFAULT_GRAPH_PIPELINE = "dce,cse"
+DEFAULT_GRAPH_PIPELINE = "graph-opt"
 
 
 def _as_module(model, input_shapes, constant_inputs) -> Operation:
@@ -46,16 +46,40 @@ def run_graph_stage(module: Operation, passes: str | None = None, *, stream=None
     return pm
 
 
+def op_counts(module: Operation) -> dict[str, int]:
+    """How many ops of each kind ``main`` holds (top level: layers, not the ops inside bodies)."""
+    from .dialects.func import func_body, get_func
+    counts: dict[str, int] = {}
+    for op in func_body(get_func(module)).ops:
+        if op.name != "func.return":
+            counts[op.name] = counts.get(op.name, 0) + 1
+    return counts
+
+
+def op_count_report(before: dict[str, int], after: dict[str, int]) -> str:
+    """A table of op counts before and after, by op kind, as ``//`` comment lines (so explore's
+    output still parses)."""
+    names = sorted(set(before) | set(after), key=lambda n: (-before.get(n, 0), n))
+    width = max([len(n) for n in names] + [5])
+    lines = [f"// {'op':<{width}}  before  after"]
+    for n in names:
+        lines.append(f"// {n:<{width}}  {before.get(n, 0):>6}  {after.get(n, 0):>5}")
+    lines.append(f"// {'total':<{width}}  {sum(before.values()):>6}  {sum(after.values()):>5}")
+    return "\n".join(lines) + "\n"
+
+
 def explore(model, stage: str = "graph", *, passes: str | None = None,
             input_shapes: dict | None = None, constant_inputs: dict | None = None,
             print_ir_after_all: bool = False, print_ir_after_change: bool = False,
             dump_dir: str | None = None, timing: bool = False, check_numerics: bool = False,
-            elide_constants: bool = True) -> str:
+            elide_constants: bool = True, report: bool = False, explain: bool = False) -> str:
     """The IR of ``model`` (path, ModelProto, Network or module) at the end of ``stage``.
 
     With ``print_ir_after_all`` the text holds the IR after every pass, then the final IR.
-    Constants are elided for display unless ``elide_constants=False`` (which gives text that
-    ``parse_ir`` reads back).
+    ``report`` adds op counts by kind before and after the graph passes; ``explain`` adds, for
+    each fusion pattern, where it fired and where it nearly did and why not. Both come as ``//``
+    comments ahead of the IR. Constants are elided for display unless ``elide_constants=False``
+    (which gives text that ``parse_ir`` reads back).
     """
     if stage not in STAGES:
         raise CompileError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
@@ -63,13 +87,21 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
         raise CompileError(f"stage {stage!r} is not built yet: ptxc lowers to the graph stage "
                            "only (the tensor/loop/llvm/ptx lowerings are planned work)")
     module = _as_module(model, input_shapes, constant_inputs)
+    before = op_counts(module)
     stream = io.StringIO()
+    from .rewrite.explain import Explain
+    collector = Explain() if explain else None
     pm = run_graph_stage(module, passes, stream=stream, print_ir_after_all=print_ir_after_all,
                          print_ir_after_change=print_ir_after_change, dump_dir=dump_dir,
-                         timing=timing, check_numerics=check_numerics)
+                         timing=timing, check_numerics=check_numerics, explain=collector)
     out = stream.getvalue()
     if timing:
         out += pm.timing_report()
+    if report:
+        out += op_count_report(before, op_counts(module))
+    if collector is not None:
+        lines = collector.format().splitlines() or ["(no pattern fired or gave a reason)"]
+        out += "".join(f"// {line}\n" for line in lines)
     if out and not out.endswith("\n"):
         out += "\n"
     if out:

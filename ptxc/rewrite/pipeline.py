@@ -72,8 +72,29 @@ class _Scanner:
         return self.text[start:self.pos]
 
 
+#: named pipelines: a name that stands for a pipeline text (``graph-opt``)
+_PIPELINES: dict[str, str] = {}
+
+
+def register_pipeline(name: str, text: str) -> None:
+    """Make ``name`` stand for ``text`` in pipeline texts (checked when first used)."""
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"pipeline name {name!r} must be kebab-case")
+    if name in _PIPELINES:
+        raise ValueError(f"pipeline {name!r} registered twice")
+    _PIPELINES[name] = text
+
+
+def registered_pipelines() -> dict[str, str]:
+    from .pass_ import registered_passes
+    registered_passes()  # loads the built-in passes, which register the built-in pipelines
+    return dict(_PIPELINES)
+
+
 def parse_pipeline(text: str) -> list[Pass]:
-    """The passes of a pipeline text (see the module docstring); errors name the column."""
+    """The passes of a pipeline text (see the module docstring); errors name the column.
+    A registered pipeline name expands to its passes."""
+    pipelines = registered_pipelines()
     s = _Scanner(text)
     passes: list[Pass] = []
     s.ws()
@@ -93,6 +114,14 @@ def parse_pipeline(text: str) -> list[Pass]:
                     raise s.error(f"option {key!r} given twice")
                 options[key] = s.value()
                 s.accept(",")
+        if name in pipelines and not options:
+            passes.extend(parse_pipeline(pipelines[name]))
+            s.ws()
+            if s.pos == len(text):
+                return passes
+            if not s.accept(","):
+                raise s.error("expected ',' between passes")
+            continue
         try:
             passes.append(get_pass(name, **options))
         except CompileError as e:
