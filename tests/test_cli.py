@@ -13,7 +13,17 @@ from ptxc.cli import main
 def test_explore_light_model(capsys):
     assert main(["explore", "light:squeezenet", "--stage", "graph"]) == 0
     out = capsys.readouterr().out
-    assert '"graph.conv"' in out and "__elided__" in out
+    assert '"graph.fused_conv"' in out and "__elided__" in out
+    # the op-count report comes first, as comments, so the text still parses
+    assert out.startswith("// op") and "graph.relu" in out.split("// total")[0]
+
+
+def test_explore_explain_names_fusions_and_near_misses(capsys):
+    assert main(["explore", "light:inception_v1", "--explain", "--no-report"]) == 0
+    out = capsys.readouterr().out
+    assert "[fuse-epilogues] FuseEpilogue at" in out and ": fired" in out
+    assert "not fused: graph.concat has no scalar form" in out
+    assert "// op" not in out
 
 
 def test_explore_print_after_all_and_dump_dir(tmp_path, capsys):
