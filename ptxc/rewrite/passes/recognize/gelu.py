@@ -29,7 +29,7 @@ def one_plus(m: Match, gate, inner_kind: str):
         raise no()
     one, like, rest = c
     inner = defining(rest, inner_kind)
-    m.want(one, 1.0, like, f"{label(add)} adds {fmt(one)}, not 1")
+    m.want(one, 1.0, like, f"{label(add)} adds {fmt(one, like)}, not 1")
     m.take(add)
     return m.take(inner)
 
@@ -43,13 +43,13 @@ def erf_gate(m: Match, gate):
         if c is None:
             raise no()
         k, like, x = c
-        m.want(k, SQRT2, like, f"{label(scale)} divides by {fmt(k)}, not sqrt(2)")
+        m.want(k, SQRT2, like, f"{label(scale)} divides by {fmt(k, like)}, not sqrt(2)")
     else:
         c = const_operand(scale)
         if c is None:
             raise no()
         k, like, x = c
-        m.want(k, 1 / SQRT2, like, f"{label(scale)} multiplies by {fmt(k)}, not 1/sqrt(2)")
+        m.want(k, 1 / SQRT2, like, f"{label(scale)} multiplies by {fmt(k, like)}, not 1/sqrt(2)")
     m.take(scale)
     return x
 
@@ -61,7 +61,7 @@ def _cube(m: Match, v, x) -> bool:
         c = const_operand(p, commutative=False)
         if c is None:
             return False
-        m.want(c[0], 3.0, c[1], f"{label(p)} raises to {fmt(c[0])}, not 3")
+        m.want(c[0], 3.0, c[1], f"{label(p)} raises to {fmt(c[0], c[1])}, not 3")
         m.take(p)
         return True
     outer = is_op(v, "graph.mul")
@@ -94,9 +94,10 @@ def tanh_gate(m: Match, gate):
         t = const_operand(mul)
         if t is None or not _cube(m, t[2], x):
             continue
-        m.want(t[0], TANH_CUBIC, t[1], f"{label(mul)} multiplies by {fmt(t[0])}, "
+        m.want(t[0], TANH_CUBIC, t[1], f"{label(mul)} multiplies by {fmt(t[0], t[1])}, "
                                          f"not {TANH_CUBIC}")
-        m.want(k, TANH_SCALE, k_like, f"{label(scale)} multiplies by {fmt(k)}, not sqrt(2/pi)")
+        m.want(k, TANH_SCALE, k_like,
+               f"{label(scale)} multiplies by {fmt(k, k_like)}, not sqrt(2/pi)")
         for op in (mul, poly, scale):
             m.take(op)
         return x

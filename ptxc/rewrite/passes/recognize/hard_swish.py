@@ -20,7 +20,7 @@ def _bound(m: Match, op, v, want: float, what: str) -> None:
     c = scalar_const(v)
     if c is None:
         raise no()
-    m.want(c, want, v, f"{label(op)} {what} {fmt(c)}, not {fmt(want)}")
+    m.want(c, want, v, f"{label(op)} {what} {fmt(c, v)}, not {fmt(want, v)}")
 
 
 def _min_max(op):
@@ -68,7 +68,7 @@ def relu6_gate(m: Match, gate):
     if c is None:
         raise no()
     three, like, x = c
-    m.want(three, 3.0, like, f"{label(add)} adds {fmt(three)}, not 3")
+    m.want(three, 3.0, like, f"{label(add)} adds {fmt(three, like)}, not 3")
     m.take(add)
     return x
 

@@ -75,7 +75,7 @@ class RecognizeLayerNorm(Recognizer):
             p = const_operand(sq, commutative=False)
             if p is None:
                 raise no()
-            m.want(p[0], 2.0, p[1], f"{label(sq)} raises to {fmt(p[0])}, not 2")
+            m.want(p[0], 2.0, p[1], f"{label(sq)} raises to {fmt(p[0], p[1])}, not 2")
             d_uses = 2
         elif sq.name == "graph.mul" and sq.operands[0] is d and sq.operands[1] is d:
             d_uses = 3
@@ -96,7 +96,7 @@ class RecognizeLayerNorm(Recognizer):
             if rm.attr("keepdims") != 1:
                 m.problem(f"{label(rm)} does not keep the reduced dimensions")
         if eps < 0:
-            m.problem(f"{label(add)} adds {fmt(eps)}, a negative epsilon")
+            m.problem(f"{label(add)} adds {fmt(eps, eps_like)}, a negative epsilon")
         if root.results[0].type != t:
             m.problem(f"it broadcasts {t} to {root.results[0].type}")
         for op in (rm1, sq, rm2, add, sqrt, root):
@@ -104,7 +104,7 @@ class RecognizeLayerNorm(Recognizer):
         m.take(sub, d_uses)
         axis = axes1[0] if axes1 else 0
         ones = NewConstant(np.ones(t.shape[axis:], t.element.np_dtype),
-                           (root.results[0].name_hint or "layernorm") + "_scale")
+                           (root.loc or root.results[0].name_hint or "layer_norm") + "_scale")
         return ("graph.layer_normalization", [x, ones, None],
                 {"axis": axis, "epsilon": _epsilon(eps, eps_like)})
 
@@ -148,7 +148,7 @@ class _FoldIntoLayerNorm(Recognizer):
         a, b = root.operands
         for lv, other in ((a, b), (b, a)):
             ln = is_op(lv, "graph.layer_normalization")
-            if ln is None or not self.can_take(ln):
+            if ln is None or other is lv or not self.can_take(ln):
                 continue
             t = ln.results[0].type
             if root.results[0].type != t:

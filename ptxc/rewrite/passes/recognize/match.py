@@ -52,8 +52,13 @@ def label(op: Operation) -> str:
     return op.name
 
 
-def fmt(x: float) -> str:
-    return f"{x:.8g}"
+def fmt(x: float, like: Value | None = None) -> str:
+    """``x`` as the shortest decimal that is the same number in ``like``'s element type (f32
+    when unknown): ``0.6``, not ``0.60000002``; ``2``, not ``2.0``."""
+    el = getattr(getattr(like, "type", None), "element", None)
+    dtype = el.np_dtype if el is not None and el.is_float else np.dtype(np.float32)
+    s = str(dtype.type(x))
+    return s[:-2] if s.endswith(".0") else s
 
 
 def defining(value: Value, *names: str) -> Operation:
@@ -126,8 +131,10 @@ class Factor:
     def problem(self, want: float) -> str:
         """The message when this constant factor is not ``want``."""
         if self.divisor:
-            return f"{label(self.op)} divides by {fmt(1 / self.const)}, not {fmt(1 / want)}"
-        return f"{label(self.op)} multiplies by {fmt(self.const)}, not {fmt(want)}"
+            return (f"{label(self.op)} divides by {fmt(1 / self.const, self.like)}, "
+                    f"not {fmt(1 / want, self.like)}")
+        return (f"{label(self.op)} multiplies by {fmt(self.const, self.like)}, "
+                f"not {fmt(want, self.like)}")
 
 
 def _factors(op: Operation) -> list[Factor] | None:
@@ -243,10 +250,14 @@ class Match:
                 raise NoMatch(f"{label(op)} has {n} user{'s' if n != 1 else ''}{inside}")
 
     def fused_locs(self) -> tuple[str, ...]:
-        """The locs of the absorbed ops other than the root, in program order."""
+        """The locs of the absorbed ops other than the root, in program order (with what each,
+        and the root, had already absorbed: their own ``ptxc.fused``)."""
         ops = [op for op, _ in self.ops.values() if op is not self.root and op.block is not None]
-        if not ops:
-            return ()
-        pos = op_position_index(self.root.block)
+        pos = op_position_index(self.root.block) if ops else {}
         ops.sort(key=lambda o: pos.get(id(o), -1))
-        return tuple(o.loc for o in ops if o.loc)
+        out: list[str] = []
+        for o in ops + [self.root]:
+            out += o.attributes.get("ptxc.fused", ())
+            if o is not self.root and o.loc:
+                out.append(o.loc)
+        return tuple(out)
