@@ -52,7 +52,7 @@ import numpy as np
 
 from ..errors import BindingError, CompileError
 from ..ir.builder import Builder
-from ..ir.core import Block, Operation, Region, Value
+from ..ir.core import Block, Operation, Region
 from ..ir.spec import Attr, Operand, OpSpec, Result, fail, register
 from ..ir.types import INDEX, BufferType, ScalarType
 

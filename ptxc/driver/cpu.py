@@ -1,0 +1,237 @@
+"""The CPU runtime: JIT-compile a loop-dialect program with llvmlite and run its kernels.
+
+    program = CpuProgram.from_module(loop_module)     # or CpuProgram(lower_loop_to_llvm(m))
+    program.run({"x": x, "y": y})                     # every argument of main; writes in place
+    outputs = program({"x": x})                       # allocates the outputs (loop.outputs)
+
+Compilation: the emitted module is parsed, optimized with LLVM's new pass manager at O3 with loop
+and SLP vectorization for the host CPU (its name and features), and JIT-compiled by MCJIT. The
+libm functions the kernels call (``tanh``, ``erf``, and the ``expf``/``powf``/... that LLVM's
+intrinsics become) and libgcc's half-precision conversions are registered with
+``llvm.add_symbol`` from the loaded C libraries, so resolving them does not depend on how the
+JIT searches the process.
+
+Execution: kernels run in order. A parallel kernel's outer range is split into one chunk per
+thread of a shared pool (``os.cpu_count()`` threads; ctypes releases the GIL during the call);
+a kernel with little work (``min_parallel_work`` innermost iterations) or a sequential outer loop
+(a top-level ``loop.for``) is one call on the calling thread.
+
+Memory: arguments are the caller's arrays (C-contiguous, aligned, not overlapping; written in
+place); weights are the arrays of the ``loop.global`` ops; scratch buffers (``loop.alloc``) come
+from a :class:`BufferAllocator`. :class:`PerRunAllocator` gives fresh numpy memory on every run;
+a liveness-based arena planner replaces it by implementing the same one method over one arena,
+using each slot's ``span``/``dtype`` (size) and ``first``/``last`` kernel (live range).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+import numpy as np
+
+from ..errors import BindingError, CompileError
+from ..dialects.loop import allocate, restride
+from ..ir.core import Operation
+from ..ir.types import BufferType
+from ..lower.loop_to_llvm import (BufferSlot, LLVMProgram, lower_loop_to_llvm,
+                                  new_host_target_machine)
+
+#: C library functions kernels may call, directly or through LLVM intrinsics
+_LIBM = ["tanh", "erf", "exp", "expf", "log", "logf", "pow", "powf", "sqrt", "sqrtf", "floor",
+         "floorf", "ceil", "ceilf", "fabs", "fabsf", "fmax", "fmaxf", "fmin", "fminf", "exp2",
+         "exp2f", "tanhf", "erff"]
+_LIBGCC = ["__truncdfhf2", "__truncsfhf2", "__extendhfsf2", "__extendhfdf2"]
+
+
+class BufferAllocator(Protocol):
+    """Gives memory for the scratch buffers of one run: one 1-D array of ``slot.span`` elements
+    of ``slot.dtype`` per slot (an arena planner returns views of one arena)."""
+
+    def allocate(self, slots: list[BufferSlot]) -> list[np.ndarray]: ...
+
+
+class PerRunAllocator:
+    """Fresh numpy memory for every scratch buffer on every run (no reuse)."""
+
+    def allocate(self, slots: list[BufferSlot]) -> list[np.ndarray]:
+        return [np.empty(max(s.span, 1), s.dtype) for s in slots]
+
+
+@functools.lru_cache(maxsize=None)
+def _register_symbols() -> None:
+    import llvmlite.binding as llvm
+    for lib, names in ((ctypes.util.find_library("m"), _LIBM), ("libgcc_s.so.1", _LIBGCC)):
+        try:
+            dll = ctypes.CDLL(lib)
+        except OSError:
+            continue
+        for n in names:
+            fn = getattr(dll, n, None)
+            if fn is not None:
+                llvm.add_symbol(n, ctypes.cast(fn, ctypes.c_void_p).value)
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
+                                       thread_name_prefix="ptxc-cpu")
+        return _POOL
+
+
+def optimize(text: str, opt_level: int = 3, tm=None):
+    """Parse and optimize LLVM IR text for the host; returns the llvmlite module."""
+    import llvmlite.binding as llvm
+    tm = tm or new_host_target_machine()
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+    except RuntimeError as e:
+        raise CompileError(f"cpu: invalid LLVM IR: {e}") from None
+    pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+    pto.loop_vectorization = opt_level >= 2
+    pto.slp_vectorization = opt_level >= 2
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+class CpuProgram:
+    """A JIT-compiled loop program; see the module docstring."""
+
+    def __init__(self, program: LLVMProgram, opt_level: int = 3, threads: int | None = None,
+                 min_parallel_work: int = 1 << 15, allocator: BufferAllocator | None = None):
+        import llvmlite.binding as llvm
+        _register_symbols()
+        self.program = program
+        self.table = program.table
+        self.threads = max(1, threads if threads is not None else (os.cpu_count() or 1))
+        self.min_parallel_work = min_parallel_work
+        self.allocator = allocator or PerRunAllocator()
+        tm = new_host_target_machine()  # owned by the engine from here on
+        self._module = optimize(program.text, opt_level, tm)
+        self.optimized_text = str(self._module)
+        self._engine = llvm.create_mcjit_compiler(self._module, tm)
+        self._engine.finalize_object()
+        self._fns = []
+        for k in self.table.kernels:
+            addr = self._engine.get_function_address(k.name)
+            if not addr:
+                raise CompileError(f"cpu: kernel {k.name} was not compiled")
+            proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(k.buffers)),
+                                     ctypes.c_int64, ctypes.c_int64)
+            self._fns.append(proto(addr))
+        self._globals = {}
+        for s in self.table.slots:
+            if s.kind == "global":
+                self._globals[s.name] = np.ascontiguousarray(program.globals[s.name])
+
+    @classmethod
+    def from_module(cls, module: Operation, func: str = "main", **kwargs) -> "CpuProgram":
+        """Lower a loop-dialect module and compile it."""
+        return cls(lower_loop_to_llvm(module, func), **kwargs)
+
+    # ---- running ------------------------------------------------------------------------------
+    def _bind(self, buffers: dict) -> list[np.ndarray]:
+        args = [s for s in self.table.slots if s.kind == "arg"]
+        names = [s.name for s in args]
+        unknown = sorted(set(buffers) - set(names))
+        missing = [n for n in names if n not in buffers]
+        if unknown or missing:
+            raise BindingError(f"cpu program: missing buffers {missing}, unknown {unknown}; it "
+                               f"takes {names}")
+        out = []
+        for s in args:
+            x = buffers[s.name]
+            if not isinstance(x, np.ndarray):
+                raise BindingError(f"buffer {s.name!r} must be a numpy array")
+            if x.dtype != np.dtype(s.dtype):
+                raise BindingError(f"buffer {s.name!r} has dtype {x.dtype}, expected {s.dtype}")
+            if s.type.is_default_layout:
+                if x.shape != s.shape:
+                    raise BindingError(f"buffer {s.name!r} has shape {list(x.shape)}, expected "
+                                       f"{list(s.shape)}")
+            elif not (x.ndim == 1 and x.size >= s.span):
+                raise BindingError(f"buffer {s.name!r} has layout {s.type}: pass its 1-d base "
+                                   f"of at least {s.span} elements, not {list(x.shape)}")
+            if not (x.flags.c_contiguous and x.flags.aligned):
+                raise BindingError(f"buffer {s.name!r} must be C-contiguous and aligned; it is "
+                                   "written in place, so it is not copied")
+            out.append(x)
+        spans = sorted((x.ctypes.data, x.ctypes.data + x.nbytes, n)
+                       for x, n in zip(out, names) if x.nbytes)
+        for (a0, a1, an), (b0, b1, bn) in zip(spans, spans[1:]):
+            if b0 < a1:
+                raise BindingError(f"buffers {an!r} and {bn!r} overlap in memory")
+        return out
+
+    def run(self, buffers: dict) -> None:
+        """Run every kernel in order on ``buffers`` (every argument of main, by name): inputs are
+        read, outputs written in place."""
+        args = self._bind(buffers)
+        scratch_slots = [s for s in self.table.slots if s.kind == "alloc"]
+        given = self.allocator.allocate(scratch_slots)
+        for s, a in zip(scratch_slots, given, strict=True):
+            if a.dtype != np.dtype(s.dtype) or a.size < s.span or not a.flags.c_contiguous:
+                raise CompileError(f"cpu: the allocator gave {a.dtype}[{a.size}] for scratch "
+                                   f"buffer {s.name!r}, which needs {s.span} of {s.dtype}")
+        scratch = iter(given)
+        roots = []
+        it = iter(args)
+        for s in self.table.slots:
+            roots.append(next(it) if s.kind == "arg" else next(scratch) if s.kind == "alloc"
+                         else self._globals[s.name])
+        ptrs = [r.ctypes.data for r in roots]
+        keep = roots  # noqa: F841  (the arrays stay alive during the calls)
+        for k, fn in zip(self.table.kernels, self._fns):
+            kargs = [ptrs[i] for i in k.buffers]
+            n = k.trip_count
+            if n <= 0:
+                continue
+            chunks = min(n, self.threads)
+            if not k.parallel or chunks <= 1 or k.work < self.min_parallel_work:
+                fn(*kargs, 0, n)
+                continue
+            bounds = [n * c // chunks for c in range(chunks + 1)]
+            futures = [_pool().submit(fn, *kargs, lo, hi) for lo, hi in zip(bounds, bounds[1:])
+                       if hi > lo]
+            for f in futures:
+                f.result()
+
+    def __call__(self, inputs: dict) -> dict:
+        """Allocate the output arguments (``loop.outputs``; NaN-filled floats, as the interpreter's
+        :func:`~ptxc.dialects.loop.run_main`), run, and return them by name."""
+        if not isinstance(inputs, dict):
+            raise BindingError("inputs must be a dict name -> array")
+        slots = {s.name: s for s in self.table.slots if s.kind == "arg"}
+        unknown = sorted(set(inputs) - set(self.table.inputs))
+        missing = [n for n in self.table.inputs if n not in inputs]
+        if unknown or missing:
+            raise BindingError(f"cpu program: missing inputs {missing}, unknown {unknown}; it "
+                               f"takes {list(self.table.inputs)}")
+        buffers, views = {}, {}
+        for n in self.table.inputs + self.table.outputs:
+            t = slots[n].type
+            # outputs start as the interpreter's do (NaN for floats), so unwritten elements show
+            x = np.asarray(inputs[n]) if n in inputs else allocate(t)
+            if x.shape != t.shape or x.dtype != t.element.np_dtype:
+                raise BindingError(f"input {n!r} is {x.dtype}{list(x.shape)}, expected {t}")
+            if t.is_default_layout:
+                buffers[n] = views[n] = np.array(x, order="C")
+            else:  # the argument is a base pointer with a layout: scatter into a fresh base
+                buffers[n] = np.zeros(max(t.span, 1), x.dtype)
+                views[n] = restride(buffers[n], BufferType((buffers[n].size,), t.element), t)
+                views[n][...] = x
+        self.run(buffers)
+        return {n: np.array(views[n]) for n in self.table.outputs}

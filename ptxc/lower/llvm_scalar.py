@@ -1,0 +1,259 @@
+"""LLVM IR for scalar ops: ``arith.*`` and ``math.*`` with exactly the reference semantics of
+:mod:`ptxc.dialects.arith` and :mod:`ptxc.dialects.math`, as llvmlite instructions.
+
+No fast-math flags anywhere: float results must equal numpy's bit for bit where numpy itself is
+exact (add, sub, mul, div, sqrt, comparisons, casts). Choices that keep to the reference:
+
+* ``arith.max``/``min`` on floats are compare-and-select: NaN propagates, as ``np.maximum``
+  (``llvm.maxnum`` would drop the NaN), and ties between ``+0`` and ``-0`` break as numpy's loops
+  do (``llvm.maximum`` would always give ``+0``).
+* integer ``arith.div`` truncates toward zero; division by zero gives the dividend and
+  ``INT_MIN / -1`` wraps, as the reference (LLVM's ``sdiv`` would be undefined there).
+* integer ``arith.pow`` is square-and-multiply with wrapping, unrolled over the exponent's bits;
+  a negative exponent gives 0 (numpy raises).
+* ``math.tanh``/``math.erf`` call libm's double ``tanh``/``erf`` (resolved by the JIT from the
+  process, see :mod:`ptxc.driver.cpu`) and round the result to the operand's type; the reference
+  computes erf in float64 too. f16 goes through f32 as numpy does.
+* float-to-int ``arith.cast`` truncates toward zero with ``llvm.fpto[su]i.sat``: NaN and
+  out-of-range values (undefined in the reference: numpy's result is platform-specific) give a
+  defined saturated value instead of poison.
+* i1 lives in memory as one byte (numpy's bool); ``and``/``or``/``not`` on non-i1 values are
+  logical (0 or 1), as the reference's ``logical_and``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from ..errors import CompileError
+from ..ir.core import Operation
+from ..ir.types import I1, ScalarType
+
+I8 = ir.IntType(8)
+I64 = ir.IntType(64)
+BOOL = ir.IntType(1)
+
+_FLOATS = {"f16": ir.HalfType(), "f32": ir.FloatType(), "f64": ir.DoubleType()}
+_FSUFFIX = {"f16": "f16", "f32": "f32", "f64": "f64"}
+
+
+def llvm_type(t: ScalarType) -> ir.Type:
+    """The register type of a scalar (``index`` is i64, ``i1`` is i1)."""
+    if t.name in _FLOATS:
+        return _FLOATS[t.name]
+    if t.is_float:
+        raise CompileError(f"element type {t} is not supported by the LLVM lowering")
+    return ir.IntType(t.bitwidth)
+
+
+def memory_type(t: ScalarType) -> ir.Type:
+    """The in-memory type of a buffer element: i1 takes a byte (numpy's bool)."""
+    return I8 if t == I1 else llvm_type(t)
+
+
+def align_of(t: ScalarType) -> int:
+    return max(1, t.bitwidth // 8)
+
+
+def supported(t) -> bool:
+    return isinstance(t, ScalarType) and (t.name in _FLOATS or not t.is_float)
+
+
+def constant(value, t: ScalarType) -> ir.Constant:
+    """The constant ``value`` of type ``t``, converted exactly as the reference does
+    (``np.asarray(value).astype(t.np_dtype)``)."""
+    with np.errstate(all="ignore"):
+        v = np.asarray(value).astype(t.np_dtype)[()]
+    if t.is_float:
+        return ir.Constant(llvm_type(t), float(v))
+    if t == I1:
+        return ir.Constant(BOOL, int(bool(v)))
+    bits = t.bitwidth
+    return ir.Constant(ir.IntType(bits), int(np.asarray(v).view(f"i{bits // 8}")))
+
+
+class ScalarEmitter:
+    """Emits scalar ops at an llvmlite builder. Subclasses hold ``b`` (the builder), ``m`` (the
+    module) and ``vals`` (IR value -> LLVM value)."""
+
+    b: ir.IRBuilder
+    m: ir.Module
+    vals: dict
+
+    # ---- declarations -------------------------------------------------------------------------
+    def declare(self, name: str, ret: ir.Type, args: list) -> ir.Function:
+        f = self.m.globals.get(name)
+        if f is None:
+            f = ir.Function(self.m, ir.FunctionType(ret, args), name)
+            if not name.startswith("llvm."):
+                f.attributes.add("nounwind")
+        return f
+
+    def intrinsic(self, base: str, t: ScalarType, args: list) -> ir.Value:
+        ty = llvm_type(t)
+        f = self.declare(f"llvm.{base}.{_FSUFFIX[t.name]}", ty, [ty] * len(args))
+        return self.b.call(f, args)
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def truthy(self, v: ir.Value, t: ScalarType) -> ir.Value:
+        if t == I1:
+            return v
+        if t.is_float:
+            return self.b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0))
+        return self.b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+
+    def from_bool(self, v: ir.Value, t: ScalarType) -> ir.Value:
+        if t == I1:
+            return v
+        if t.is_float:
+            return self.b.uitofp(v, llvm_type(t))
+        return self.b.zext(v, llvm_type(t))
+
+    def cast(self, v: ir.Value, src: ScalarType, dst: ScalarType) -> ir.Value:
+        b = self.b
+        st, dt = llvm_type(src), llvm_type(dst)
+        if dst == I1:
+            return self.truthy(v, src)
+        if src == I1:
+            return self.from_bool(v, dst)
+        if src.is_float and dst.is_float:
+            if src.bitwidth == dst.bitwidth:
+                return v
+            return b.fpext(v, dt) if dst.bitwidth > src.bitwidth else b.fptrunc(v, dt)
+        if src.is_float:
+            kind = "fptosi" if dst.is_signed else "fptoui"
+            f = self.declare(f"llvm.{kind}.sat.i{dst.bitwidth}.{_FSUFFIX[src.name]}", dt, [st])
+            return b.call(f, [v])
+        if dst.is_float:
+            return b.sitofp(v, dt) if src.is_signed else b.uitofp(v, dt)
+        if src.bitwidth == dst.bitwidth:
+            return v
+        if dst.bitwidth < src.bitwidth:
+            return b.trunc(v, dt)
+        return b.sext(v, dt) if src.is_signed else b.zext(v, dt)
+
+    def _libm(self, name: str, v: ir.Value, t: ScalarType) -> ir.Value:
+        """A double libm function applied to an f16/f32/f64 value, rounded back through f32 as
+        numpy does for f16."""
+        d = ir.DoubleType()
+        f = self.declare(name, d, [d])
+        x = v if t.name == "f64" else self.b.fpext(v, d)
+        y = self.b.call(f, [x])
+        if t.name == "f64":
+            return y
+        y = self.b.fptrunc(y, ir.FloatType())
+        return y if t.name == "f32" else self.b.fptrunc(y, llvm_type(t))
+
+    # ---- ops ----------------------------------------------------------------------------------
+    def emit_scalar(self, op: Operation) -> None:
+        args = [self.vals[v] for v in op.operands]
+        dialect, name = op.name.split(".", 1)
+        if dialect == "math":
+            out = self._math(op, name, args)
+        else:
+            out = self._arith(op, name, args)
+        self.vals[op.results[0]] = out
+
+    def _math(self, op, name, args):
+        t = op.results[0].type
+        if not (isinstance(t, ScalarType) and t.name in _FLOATS):
+            raise CompileError(f"{op.where}: no LLVM lowering for {t}")
+        (x,) = args
+        if name in ("exp", "log", "sqrt", "floor", "ceil"):
+            return self.intrinsic(name, t, [x])
+        if name == "abs":
+            return self.intrinsic("fabs", t, [x])
+        if name in ("tanh", "erf"):
+            return self._libm(name, x, t)
+        raise CompileError(f"{op.where}: no LLVM lowering for math.{name}")
+
+    def _arith(self, op, name, args):
+        b = self.b
+        if name == "constant":
+            return constant(op.attributes["value"], op.results[0].type)
+        if name == "cast":
+            return self.cast(args[0], op.operands[0].type, op.results[0].type)
+        if name == "select":
+            return b.select(*args)
+        t = op.operands[0].type
+        if not supported(t):
+            raise CompileError(f"{op.where}: no LLVM lowering for {t}")
+        if name == "cmp":
+            return self._cmp(op.attributes["predicate"], args, t)
+        if name in ("and", "or"):
+            x, y = (self.truthy(a, t) for a in args)
+            return self.from_bool(b.and_(x, y) if name == "and" else b.or_(x, y), t)
+        if name == "not":
+            return self.from_bool(b.not_(self.truthy(args[0], t)), t)
+        if t == I1:
+            raise CompileError(f"{op.where}: arith.{name} on i1 has no LLVM lowering")
+        if name == "neg":
+            return b.fneg(args[0]) if t.is_float else b.sub(ir.Constant(args[0].type, 0), args[0])
+        x, y = args
+        if t.is_float:
+            simple = {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}
+            if name in simple:
+                return simple[name](x, y)
+            if name in ("max", "min"):
+                return self._float_max_min(name, x, y, t)
+            if name == "pow":
+                return self.intrinsic("pow", t, [x, y])
+        else:
+            simple = {"add": b.add, "sub": b.sub, "mul": b.mul}
+            if name in simple:
+                return simple[name](x, y)
+            if name == "div":
+                return self._int_div(x, y, t)
+            if name in ("max", "min"):
+                cmp = b.icmp_signed if t.is_signed else b.icmp_unsigned
+                return b.select(cmp(">" if name == "max" else "<", x, y), x, y)
+            if name == "pow":
+                return self._int_pow(x, y, t)
+        raise CompileError(f"{op.where}: no LLVM lowering for arith.{name}")
+
+    def _cmp(self, pred: str, args, t: ScalarType):
+        ops = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[pred]
+        if t.is_float:  # numpy: NaN compares unequal to everything, and != is true
+            if pred == "ne":
+                return self.b.fcmp_unordered(ops, *args)
+            return self.b.fcmp_ordered(ops, *args)
+        if t.is_signed:
+            return self.b.icmp_signed(ops, *args)
+        return self.b.icmp_unsigned(ops, *args)
+
+    def _float_max_min(self, name: str, x, y, t: ScalarType):
+        """numpy's maximum/minimum: a NaN operand gives NaN; on a tie (+0 vs -0) numpy's f32/f64
+        loops return the second operand and its f16 loop the first, so the sign of a zero
+        result is numpy's too."""
+        b = self.b
+        strict = t.name != "f16"
+        pred = (">" if name == "max" else "<") + ("" if strict else "=")
+        r = b.select(b.fcmp_ordered(pred, x, y), x, y)
+        return b.select(b.fcmp_unordered("uno", x, x), x, r)
+
+    def _int_div(self, x, y, t: ScalarType):
+        b = self.b
+        ty = x.type
+        zero = b.icmp_unsigned("==", y, ir.Constant(ty, 0))
+        one = ir.Constant(ty, 1)
+        if not t.is_signed:
+            return b.udiv(x, b.select(zero, one, y))
+        minus_one = b.icmp_signed("==", y, ir.Constant(ty, -1))
+        q = b.sdiv(x, b.select(b.or_(zero, minus_one), one, y))
+        return b.select(minus_one, b.sub(ir.Constant(ty, 0), x), q)
+
+    def _int_pow(self, x, y, t: ScalarType):
+        b = self.b
+        ty = x.type
+        result, base = ir.Constant(ty, 1), x
+        for k in range(t.bitwidth):
+            mask = ir.Constant(ty, (1 << k) - (1 << t.bitwidth if k == t.bitwidth - 1 else 0))
+            bit = b.icmp_unsigned("!=", b.and_(y, mask), ir.Constant(ty, 0))
+            result = b.select(bit, b.mul(result, base), result)
+            if k + 1 < t.bitwidth:
+                base = b.mul(base, base)
+        if t.is_signed:
+            negative = b.icmp_signed("<", y, ir.Constant(ty, 0))
+            result = b.select(negative, ir.Constant(ty, 0), result)
+        return result

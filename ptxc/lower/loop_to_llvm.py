@@ -1,0 +1,518 @@
+"""Emit LLVM IR (llvmlite.ir) for a loop-dialect function: one LLVM function per kernel.
+
+A kernel is a top-level loop nest of ``main``: a ``loop.parallel``, a ``loop.for`` or a
+``loop.copy`` (a copy is a parallel nest over its shape). Kernel ``N`` becomes::
+
+    define void @kernel_N(ptr noalias %b0, ..., ptr noalias %bK, i64 %begin, i64 %end)
+
+over the *root* buffers it touches (function arguments, ``loop.alloc`` and ``loop.global``
+results; a ``loop.view`` is its source's root seen with another static layout, so it costs no
+argument and its indexing is constant-stride arithmetic from its type). ``begin``/``end`` are
+iteration *numbers* of the outermost dimension, ``0 <= begin <= end <= trip_count``: iteration
+``t`` has induction value ``lower + t * step``. A parallel kernel's outer range may be split
+across threads; inner dimensions always run fully. A top-level ``loop.for`` is sequential: the
+runtime calls it once over its whole range.
+
+Pointers are ``noalias``: distinct roots never overlap (the runtime allocates outputs, scratch
+buffers and weights itself and refuses overlapping arguments), which lets LLVM vectorize without
+runtime alias checks. Loads and stores are aligned to their element size. Scalars defined at the
+top level by pure arith/math ops (constants, usually) are re-emitted in each kernel that uses
+them. The emission declares what must be gone: every op outside the loop, arith and math
+dialects (and any element type LLVM cannot hold) is reported at once in one CompileError.
+
+The result is an :class:`LLVMProgram`: the module text (what ``explore --stage llvm`` shows,
+before optimization), a :class:`KernelTable` (kernels in order, their buffers, ranges; the root
+buffers with sizes and live ranges for a memory planner), and the weights of ``loop.global``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import attrs
+import numpy as np
+from llvmlite import ir
+
+from ..dialects.func import arg_names, func_body, get_func
+from ..dialects.loop import output_names
+from ..errors import CompileError
+from ..ir.core import BlockArgument, Operation, Value
+from ..ir.types import BufferType
+from .llvm_scalar import I64, ScalarEmitter, align_of, memory_type, supported
+
+_ARITH = {"constant", "add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "neg",
+          "not", "cmp", "select", "cast"}
+_MATH = {"exp", "log", "tanh", "erf", "sqrt", "abs", "floor", "ceil"}
+_KERNELS = {"loop.parallel", "loop.for", "loop.copy"}
+_TOP = _KERNELS | {"loop.alloc", "loop.global", "loop.view", "func.return"}
+_INNER = {"loop.parallel", "loop.for", "loop.copy", "loop.view", "loop.load", "loop.store",
+          "loop.yield"}
+
+
+def _scalar_op(name: str) -> bool:
+    d, _, n = name.partition(".")
+    return (d == "arith" and n in _ARITH) or (d == "math" and n in _MATH)
+
+
+@attrs.frozen
+class BufferSlot:
+    """A root buffer: ``kind`` is ``arg`` (a binding of ``main``), ``alloc`` (scratch memory the
+    runtime provides) or ``global`` (a weight); ``span`` elements of ``dtype`` from the base
+    pointer hold it, laid out by ``strides``/``offset`` (elements). ``first``/``last``: the first
+    and last kernel using it (-1: none), the live range a memory planner needs; it is closed:
+    two slots whose ranges share a kernel are both used by it and must not overlap in memory
+    (kernel pointers are ``noalias``)."""
+
+    kind: str
+    name: str
+    dtype: str
+    shape: tuple
+    strides: tuple
+    offset: int
+    span: int
+    first: int = -1
+    last: int = -1
+
+    @property
+    def type(self) -> BufferType:
+        from ..ir.types import scalar_from_numpy
+        return BufferType(self.shape, scalar_from_numpy(self.dtype), self.strides, self.offset)
+
+    @property
+    def nbytes(self) -> int:
+        return self.span * np.dtype(self.dtype).itemsize
+
+
+@attrs.frozen
+class KernelInfo:
+    """One kernel: its LLVM function name, its pointer arguments (indices into the table's slots,
+    in order), the trip count of its outer range, whether that range may be split across
+    threads, and a rough count of its innermost iterations (``work``, for the split heuristic)."""
+
+    name: str
+    buffers: tuple
+    trip_count: int
+    parallel: bool
+    work: int
+    loc: str | None = None
+
+
+@attrs.frozen
+class KernelTable:
+    """The kernels of a program in execution order, and its root buffers."""
+
+    slots: tuple
+    kernels: tuple
+    inputs: tuple
+    outputs: tuple
+
+    def to_json(self) -> dict:
+        return {"slots": [attrs.asdict(s) for s in self.slots],
+                "kernels": [attrs.asdict(k) for k in self.kernels],
+                "inputs": list(self.inputs), "outputs": list(self.outputs)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "KernelTable":
+        slots = tuple(BufferSlot(**{**s, "shape": tuple(s["shape"]),
+                                    "strides": tuple(s["strides"])}) for s in d["slots"])
+        kernels = tuple(KernelInfo(**{**k, "buffers": tuple(k["buffers"])}) for k in d["kernels"])
+        return cls(slots, kernels, tuple(d["inputs"]), tuple(d["outputs"]))
+
+
+@attrs.define
+class LLVMProgram:
+    """LLVM module text plus what a runtime needs to call it."""
+
+    text: str
+    table: KernelTable
+    globals: dict  # global name -> read-only numpy array
+    triple: str
+    data_layout: str
+
+
+def new_host_target_machine():
+    """A new target machine for this host (its cpu name and features). A fresh one per JIT
+    engine: llvmlite's MCJIT takes ownership of the machine it is given and frees it with the
+    engine."""
+    import llvmlite.binding as llvm
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                        features=llvm.get_host_cpu_features().flatten(),
+                                        opt=3, codemodel="jitdefault")
+
+
+@functools.lru_cache(maxsize=None)
+def _host_layout() -> str:
+    return str(new_host_target_machine().target_data)
+
+
+def host_target() -> tuple[str, str]:
+    """(triple, data layout) of the host."""
+    import llvmlite.binding as llvm
+    return llvm.get_process_triple(), _host_layout()
+
+
+def _trip(lo: int, hi: int, step: int) -> int:
+    return max(0, -(-(hi - lo) // step))
+
+
+def _root(v: Value) -> Value:
+    while not isinstance(v, BlockArgument) and v.op.name == "loop.view":
+        v = v.op.operands[0]
+    return v
+
+
+def _op_work(op: Operation) -> int:
+    """Innermost iterations of ``op`` (a rough cost for the threading heuristic)."""
+    if op.name == "loop.copy":
+        return op.operands[0].type.size
+    if op.name == "loop.for":
+        n = _trip(op.attributes["lower"], op.attributes["upper"], op.attr("step"))
+    elif op.name == "loop.parallel":
+        lo, hi = op.attributes["lower"], op.attributes["upper"]
+        n = 1
+        for a, b, s in zip(lo, hi, op.attr("step") or (1,) * len(lo)):
+            n *= _trip(a, b, s)
+    else:
+        return 1
+    return n * max(1, sum(_op_work(o) for o in op.regions[0].blocks[0].ops))
+
+
+# ---- legality --------------------------------------------------------------------------------
+
+def _check_legal(f: Operation) -> None:
+    bad = []
+
+    def note(op, why):
+        bad.append(f"  {op.where}: {why}")
+
+    def types_ok(op):
+        for v in list(op.operands) + list(op.results):
+            t = v.type
+            el = t.element if isinstance(t, BufferType) else t
+            if not supported(el):
+                return f"element type {el} has no LLVM lowering"
+        return None
+
+    body = func_body(f)
+    for a in body.args:
+        if not isinstance(a.type, BufferType) or not supported(a.type.element):
+            bad.append(f"  argument {a.type}: loop functions take buffers of supported types")
+    for op in body.ops:
+        if op.name == "func.return" and op.operands:
+            note(op, "a loop function returns nothing (outputs are arguments)")
+        elif op.name not in _TOP and not _scalar_op(op.name):
+            note(op, "cannot be lowered at the top level of a function")
+        elif op.name == "loop.for" and any(r.uses for r in op.results):
+            note(op, "results of a top-level loop.for cannot be used by another kernel")
+        elif why := types_ok(op):
+            note(op, why)
+        for inner in list(op.walk())[1:]:
+            if inner.name not in _INNER and not _scalar_op(inner.name):
+                note(inner, "cannot be lowered inside a loop nest")
+            elif why := types_ok(inner):
+                note(inner, why)
+    if bad:
+        raise CompileError(f"loop-to-llvm: {len(bad)} op(s) cannot be lowered:\n" + "\n".join(bad))
+
+
+# ---- kernels -------------------------------------------------------------------------------
+
+class _Kernel(ScalarEmitter):
+    """Emits one kernel function."""
+
+    def __init__(self, module: ir.Module, name: str, roots: list, top_scalars: list):
+        self.m = module
+        ptr = ir.PointerType()
+        fty = ir.FunctionType(ir.VoidType(), [ptr] * len(roots) + [I64, I64])
+        self.fn = ir.Function(module, fty, name)
+        self.fn.attributes.add("nounwind")
+        for i, a in enumerate(self.fn.args[:len(roots)]):
+            a.name = f"b{i}"
+            a.add_attribute("noalias")
+        self.begin, self.end = self.fn.args[-2], self.fn.args[-1]
+        self.begin.name, self.end.name = "begin", "end"
+        self.ptrs = dict(zip(roots, self.fn.args))
+        self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        self.vals: dict = {}
+        for op in top_scalars:
+            self.emit_scalar(op)
+
+    # ---- structure ----------------------------------------------------------------------------
+    def loop(self, start, stop, step: int, body, carried=()):
+        """``for (iv = start; iv < stop; iv += step)`` with carried values; ``body(iv, carried)``
+        returns the next carried values. Returns the carried values after the loop."""
+        b = self.b
+        pre = b.block
+        header = self.fn.append_basic_block("loop")
+        inner = self.fn.append_basic_block("body")
+        done = self.fn.append_basic_block("done")
+        start = start if isinstance(start, ir.Value) else ir.Constant(I64, start)
+        stop = stop if isinstance(stop, ir.Value) else ir.Constant(I64, stop)
+        b.branch(header)
+        b.position_at_end(header)
+        iv = b.phi(I64, "iv")
+        iv.add_incoming(start, pre)
+        phis = []
+        for v in carried:
+            p = b.phi(v.type)
+            p.add_incoming(v, pre)
+            phis.append(p)
+        b.cbranch(b.icmp_signed("<", iv, stop), inner, done)
+        b.position_at_end(inner)
+        nxt = body(iv, phis)
+        nxt_iv = b.add(iv, ir.Constant(I64, step), flags=["nsw"])
+        latch = b.block
+        b.branch(header)
+        iv.add_incoming(nxt_iv, latch)
+        for p, v in zip(phis, nxt):
+            p.add_incoming(v, latch)
+        b.position_at_end(done)
+        return phis
+
+    def nest(self, dims, body, outer_split=False):
+        """Loops over ``dims`` (lower, upper, step) in order, ``body(ivs)`` innermost. With
+        ``outer_split`` the first dimension runs over iteration numbers ``[begin, end)`` (with no
+        dimensions, the body runs once per iteration number: once over a range of one)."""
+        def level(k, ivs):
+            if k == len(dims):
+                body(ivs)
+                return
+
+            def step(iv, _):
+                level(k + 1, ivs + [iv])
+                return []
+            lo, hi, st = dims[k]
+            if k == 0 and outer_split:
+                self.loop(self.begin, self.end, 1, lambda t, c: step(self.affine(t, lo, st), c))
+            else:
+                self.loop(lo, hi, st, step)
+
+        if not dims and outer_split:
+            def once(t, _):
+                body([])
+                return []
+            self.loop(self.begin, self.end, 1, once)
+        else:
+            level(0, [])
+
+    def affine(self, t: ir.Value, lo: int, step: int) -> ir.Value:
+        """The induction value ``lo + t * step`` of iteration number ``t``."""
+        if step != 1:
+            t = self.b.mul(t, ir.Constant(I64, step), flags=["nsw"])
+        return self.b.add(t, ir.Constant(I64, lo), flags=["nsw"]) if lo else t
+
+    def block(self, block, args) -> list:
+        for a, v in zip(block.args, args):
+            self.vals[a] = v
+        for op in block.ops:
+            if op.name == "loop.yield":
+                return [self.vals[v] for v in op.operands]
+            self.emit(op)
+        return []
+
+    def emit(self, op: Operation) -> None:
+        name = op.name
+        if name == "loop.view":
+            return
+        if name == "loop.load":
+            buf = op.operands[0]
+            el = buf.type.element
+            v = self.b.load(self.address(buf, op.operands[1:]), typ=memory_type(el),
+                            align=align_of(el))
+            if el.name == "i1":
+                v = self.b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+            self.vals[op.results[0]] = v
+        elif name == "loop.store":
+            self.store(self.vals[op.operands[0]], op.operands[1], op.operands[2:])
+        elif name == "loop.for":
+            self.for_(op, split=False)
+        elif name == "loop.parallel":
+            self.parallel(op, split=False)
+        elif name == "loop.copy":
+            self.copy(op, split=False)
+        else:
+            self.emit_scalar(op)
+
+    def for_(self, op: Operation, split: bool) -> None:
+        lo, hi, st = op.attributes["lower"], op.attributes["upper"], op.attr("step")
+        block = op.regions[0].blocks[0]
+        inits = [self.vals[v] for v in op.operands]
+        if split:
+            def body(t, carried):
+                return self.block(block, [self.affine(t, lo, st), *carried])
+            outs = self.loop(self.begin, self.end, 1, body, inits)
+        else:
+            outs = self.loop(lo, hi, st, lambda iv, c: self.block(block, [iv, *c]), inits)
+        for r, v in zip(op.results, outs):
+            self.vals[r] = v
+
+    def parallel(self, op: Operation, split: bool) -> None:
+        lo, hi = op.attributes["lower"], op.attributes["upper"]
+        dims = list(zip(lo, hi, op.attr("step") or (1,) * len(lo)))
+        block = op.regions[0].blocks[0]
+        self.nest(dims, lambda ivs: self.block(block, ivs), outer_split=split)
+
+    def copy(self, op: Operation, split: bool) -> None:
+        src, dst = op.operands
+        el = src.type.element
+
+        def body(ivs):
+            v = self.b.load(self.address(src, ivs), typ=memory_type(el), align=align_of(el))
+            self.b.store(v, self.address(dst, ivs), align=align_of(el))
+        self.nest([(0, d, 1) for d in src.type.shape], body, outer_split=split)
+
+    # ---- memory -------------------------------------------------------------------------------
+    def address(self, buf: Value, indices) -> ir.Value:
+        t: BufferType = buf.type
+        b = self.b
+        lin = None
+        for i, s in zip(indices, t.strides):
+            if s == 0:
+                continue
+            i = i if isinstance(i, ir.Value) else self.vals[i]
+            term = i if s == 1 else b.mul(i, ir.Constant(I64, s), flags=["nsw"])
+            lin = term if lin is None else b.add(lin, term, flags=["nsw"])
+        if t.offset:
+            off = ir.Constant(I64, t.offset)
+            lin = off if lin is None else b.add(lin, off, flags=["nsw"])
+        if lin is None:
+            lin = ir.Constant(I64, 0)
+        return b.gep(self.ptrs[_root(buf)], [lin], inbounds=True,
+                     source_etype=memory_type(t.element))
+
+    def store(self, v: ir.Value, buf: Value, indices) -> None:
+        el = buf.type.element
+        if el.name == "i1":
+            v = self.b.zext(v, memory_type(el))
+        self.b.store(v, self.address(buf, indices), align=align_of(el))
+
+    def finish(self) -> None:
+        self.b.ret_void()
+
+
+def _top_scalars(kernel: Operation) -> list[Operation]:
+    """Top-level scalar ops the kernel reads (transitively), in program order."""
+    need: dict[int, Operation] = {}
+    inside = {id(o) for o in kernel.walk()}
+
+    def visit(v: Value):
+        if isinstance(v, BlockArgument) or id(v.op) in inside or id(v.op) in need:
+            return
+        if isinstance(v.type, BufferType):
+            return
+        if not _scalar_op(v.op.name):
+            raise CompileError(f"{kernel.where}: reads {v.type} from {v.op.where}, which is not "
+                               "a scalar computable inside the kernel")
+        for w in v.op.operands:
+            visit(w)
+        need[id(v.op)] = v.op
+
+    for op in kernel.walk():
+        for v in op.operands:
+            visit(v)
+    order = {id(o): i for i, o in enumerate(kernel.block.ops)}
+    return sorted(need.values(), key=lambda o: order[id(o)])
+
+
+def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None = None,
+                       data_layout: str | None = None) -> LLVMProgram:
+    """Emit ``func`` of a loop-dialect ``module`` as LLVM IR; see the module docstring."""
+    try:
+        f = get_func(module, func)
+    except KeyError:
+        raise CompileError(f"loop-to-llvm: module has no function {func!r}") from None
+    _check_legal(f)
+    if triple is None:
+        triple, host_layout = host_target()
+        data_layout = data_layout or host_layout
+    m = ir.Module(name=f"ptxc.{func}")
+    m.triple = triple
+    if data_layout:
+        m.data_layout = data_layout
+
+    body = func_body(f)
+    names = arg_names(f)
+    slots: list[dict] = []
+    slot_of: dict[Value, int] = {}
+    global_slot: dict[str, tuple[int, object]] = {}
+    globals_: dict[str, np.ndarray] = {}
+
+    def add_slot(v: Value, kind: str, name: str) -> None:
+        t = v.type
+        slot_of[v] = len(slots)
+        slots.append({"kind": kind, "name": name, "dtype": t.element.np_dtype.name,
+                      "shape": t.shape, "strides": t.strides, "offset": t.offset,
+                      "span": t.span, "first": -1, "last": -1})
+
+    for n, a in zip(names, body.args):
+        add_slot(a, "arg", n)
+    kernels: list[KernelInfo] = []
+    n_alloc = 0
+    for op in body.ops:
+        if op.name == "loop.alloc":
+            add_slot(op.results[0], "alloc", op.results[0].name_hint or f"alloc{n_alloc}")
+            n_alloc += 1
+        elif op.name == "loop.global":
+            name, value = op.attributes["name"], op.attributes["value"]
+            if name in global_slot:
+                if global_slot[name][1] != value:
+                    raise CompileError(f"{op.where}: two loop.global named {name!r} with "
+                                       "different values")
+                slot_of[op.results[0]] = global_slot[name][0]
+                continue
+            add_slot(op.results[0], "global", name)
+            global_slot[name] = (slot_of[op.results[0]], value)
+            globals_[name] = value.array
+        elif op.name in _KERNELS:
+            kernels.append(_emit_kernel(m, op, len(kernels), slot_of, slots))
+    table = KernelTable(tuple(BufferSlot(**s) for s in slots), tuple(kernels),
+                        tuple(n for n in names if n not in output_names(f)),
+                        tuple(output_names(f)))
+    text = str(m)
+    _verify_text(text)
+    return LLVMProgram(text, table, globals_, triple, data_layout or "")
+
+
+def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
+                 slots: list) -> KernelInfo:
+    roots: list[Value] = []
+    for inner in op.walk():
+        for v in inner.operands:
+            if isinstance(v.type, BufferType):
+                r = _root(v)
+                if r not in roots:
+                    roots.append(r)
+    for r in roots:
+        s = slots[slot_of[r]]
+        s["first"] = index if s["first"] < 0 else s["first"]
+        s["last"] = index
+    k = _Kernel(m, f"kernel_{index}", roots, _top_scalars(op))
+    if op.name == "loop.parallel":
+        lo, hi = op.attributes["lower"], op.attributes["upper"]
+        st = op.attr("step") or (1,) * len(lo)
+        trip = _trip(lo[0], hi[0], st[0]) if lo else 1
+        k.parallel(op, split=True)
+        parallel = True
+    elif op.name == "loop.for":
+        trip = _trip(op.attributes["lower"], op.attributes["upper"], op.attr("step"))
+        k.for_(op, split=True)
+        parallel = False
+    else:  # loop.copy
+        shape = op.operands[0].type.shape
+        trip = shape[0] if shape else 1
+        k.copy(op, split=True)
+        parallel = True
+    k.finish()
+    return KernelInfo(k.fn.name, tuple(slot_of[r] for r in roots), trip, parallel,
+                      _op_work(op), op.loc)
+
+
+def _verify_text(text: str) -> None:
+    import llvmlite.binding as llvm
+    try:
+        llvm.parse_assembly(text).verify()
+    except RuntimeError as e:
+        raise CompileError(f"loop-to-llvm emitted invalid LLVM IR: {e}") from None
