@@ -137,6 +137,8 @@ class Network:
         if op_type not in table:
             raise ModelError(f"{self.name}: op type {op_type!r} is not supported")
         ins = [self._tensor(t) if t is not None else None for t in inputs]
+        while ins and ins[-1] is None:  # trailing absent inputs are left out, not named ""
+            ins.pop()
         name = name or self._fresh(op_type.lower())
         outs = [name] if num_outputs == 1 else [f"{name}:{i}" for i in range(num_outputs)]
         for o in outs:
