@@ -328,3 +328,29 @@ def test_edge_kernels():
         for k in want:
             np.testing.assert_array_equal(got[k], want[k], err_msg=k)
     assert want["s2"] == 0.5 and want["z"][0, 0] == -1.0 and want["z"][1, 0] == x[8, 5]
+
+
+def test_scratch_allocator_interface():
+    """A planner-like allocator (one arena, slots placed by live range) drops in; a wrong one is
+    refused before any kernel runs."""
+    m, inputs, _ = PROGRAMS["softmax"]()
+    want = run_main(m, inputs)
+
+    class Arena:
+        def allocate(self, slots):
+            sizes = [s.nbytes for s in slots]
+            arena = np.zeros(sum(sizes) + 64 * len(sizes), np.uint8)
+            out, at = [], 0
+            for s, n in zip(slots, sizes):
+                out.append(arena[at:at + n].view(s.dtype))
+                at += -(-(n + 1) // 64) * 64
+            return out
+
+    got = CpuProgram.from_module(m, allocator=Arena())(inputs)
+    assert ulps(got["y"], want["y"]).max() <= 4
+
+    class TooSmall:
+        def allocate(self, slots):
+            return [np.zeros(1, s.dtype) for s in slots]
+    with pytest.raises(CompileError, match="allocator gave"):
+        CpuProgram.from_module(m, allocator=TooSmall())(inputs)
