@@ -57,7 +57,10 @@ class Concat(OpSpec):
 
     ``in_place = true`` (set by the eliminate-concat pass): every operand is written by its
     producer directly into its slice of the result; bufferization allocates only the result and
-    gives each operand an alias into it; no copy. The meaning (a concatenation) is the same."""
+    gives each operand an alias into it; no copy. An operand that is a result of a
+    ``graph.split`` whose input has no other reader is written by the producer of that input
+    (the split has no buffer of its own: each of its results' ranges is written into that
+    result's buffer). The meaning (a concatenation) is the same."""
 
     name = "graph.concat"
     operands = (Operand("inputs", variadic=True),)

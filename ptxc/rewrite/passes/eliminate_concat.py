@@ -10,7 +10,12 @@ place when every operand
 * is not a function result too (it has its own output binding);
 * is not itself a view of another tensor (a ``graph.split`` / ``graph.slice`` result or a
   ``graph.reshape`` / ``flatten`` / ``squeeze`` / ``unsqueeze``: bufferization aliases those to
-  their source, so they cannot alias the concat as well);
+  their source, so they cannot alias the concat as well). The exception is a ``graph.split`` of
+  a value that nothing else reads (a layer merged by merge-siblings whose first branch goes
+  straight to a concat, as Inception's 1x1 branch): that value needs no buffer of its own, so
+  its producer writes each split result's channel range into that result's buffer, which for
+  this operand is its slice of the concat (TensorRT's merged 1x1 layer writing into the
+  eliminated concat);
 * appears once in this concat and in no other concat (one tensor has one place to live).
 
 Other readers of an operand are fine: they read the slice. An operand that is itself an in-place
@@ -48,6 +53,20 @@ def _arg_name(v: BlockArgument) -> str:
     return v.name_hint or f"#{v.index}"
 
 
+def scatters(split: Operation) -> bool:
+    """Whether ``split`` has no buffer of its own to be a view of: it is a ``graph.split`` of an op
+    result (not a constant, not a view) that nothing else reads, so the producer of its input can
+    write each of its results' channel ranges straight into that result's buffer (what
+    merge-siblings leaves: a merged layer whose split results go to different places)."""
+    if split.name != "graph.split":
+        return False
+    src = split.operands[0]
+    p = producer(src)
+    if p is None or p.name in VIEW_OPS or p.name in ("graph.constant", "graph.constant_of_shape"):
+        return False
+    return len(src.uses) == 1
+
+
 def operand_reason(concat: Operation, i: int, v: Value) -> str | None:
     """Why operand ``i`` (``v``) of ``concat`` cannot be written in place; None when it can."""
     if isinstance(v, BlockArgument):
@@ -60,7 +79,7 @@ def operand_reason(concat: Operation, i: int, v: Value) -> str | None:
     j = concat.operands.index(v)
     if j != i:
         return f"operand #{i} repeats operand #{j}"
-    if p.name in VIEW_OPS:
+    if p.name in VIEW_OPS and not scatters(p):
         return f"operand #{i} is a view ({p.name} '{label(p)}') of another tensor"
     if any(u.op.name == "func.return" for u in v.uses):
         return f"operand #{i} ({label(p)}) is also a function result"

@@ -22,6 +22,11 @@ per-column constant after a matmul counts as its bias, so further folds update t
 
 The rewritten layer keeps its location and records what was folded into it in the discardable
 attribute ``ptxc.fused``; the folded op's result name survives (its readers see the same tensor).
+
+A batch norm with constant parameters that folds into no layer (after a pool or a concat, as
+DenseNet's pre-activation ones, or after a layer with other readers) becomes ``x * s + t``
+(``graph.mul`` and ``graph.add`` of ``[C, 1, ...]`` constants, at the batch norm's location), so no
+batch norm is left for later stages and the elementwise fusion merges it with its neighbours.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from ..pattern import RewritePattern, producer
 LINEAR = ("graph.conv", "graph.conv_transpose", "graph.gemm", "graph.matmul")
 
 
-# ---- helpers shared with the other layout passes ---------------------------------------------------
+# ---- helpers shared with the other layout passes -------------------------------------------------
 
 def label(op: Operation) -> str:
     """How a failure reason names an op: its loc (ONNX node name), else ``%result``, else its
@@ -245,12 +250,50 @@ class FoldBatchNorm(RewritePattern):
         if lin.axis != 1:
             return rewriter.fail(op, f"{head}: the normalized axis 1 is not its output channel "
                                      f"axis {lin.axis}")
-        params = [const_array(v) for v in op.operands[1:]]
-        if any(p is None for p in params):
+        st = bn_affine(op)
+        if st is None:
             return rewriter.fail(op, f"{head}: the batch norm's parameters are not constant")
-        scale, beta, mean, var = (p.astype(np.float64) for p in params)
-        s = scale / np.sqrt(var + float(op.attr("epsilon")))
-        fold_affine(rewriter, lin, s, beta - mean * s, op)
+        fold_affine(rewriter, lin, *st, op)
+        return True
+
+
+def bn_affine(op: Operation):
+    """(s, t), float64 ``[C]``: the batch norm ``op`` is ``x * s + t`` per channel; None when
+    its parameters are not constant."""
+    params = [const_array(v) for v in op.operands[1:]]
+    if any(p is None for p in params):
+        return None
+    scale, beta, mean, var = (p.astype(np.float64) for p in params)
+    s = scale / np.sqrt(var + float(op.attr("epsilon")))
+    return s, beta - mean * s
+
+
+class DecomposeBatchNorm(RewritePattern):
+    """A batch norm with constant parameters that folds into no layer (it follows a pool, a
+    concat, a layer with other readers) -> ``x * s + t`` with per-channel constants, which the
+    elementwise fusion merges with its neighbours (DenseNet's pre-activation BN, Mul, Add,
+    Relu become one elementwise op)."""
+
+    root = "graph.batch_normalization"
+    benefit = 1
+
+    def match_and_rewrite(self, op, rewriter):
+        st = bn_affine(op)
+        if st is None:
+            return False
+        t_x = op.operands[0].type
+        el = t_x.element
+        shape = (t_x.shape[1],) + (1,) * (t_x.rank - 2)
+        name = op.result.name_hint
+        y = op.operands[0]
+        for kind, vec, skip, suffix in (("graph.mul", st[0], 1.0, "_scale"),
+                                        ("graph.add", st[1], 0.0, "_shift")):
+            if (vec == skip).all():
+                continue
+            c = make_constant(rewriter, vec.reshape(shape), el,
+                              name + suffix if name else None, op.loc)
+            y = rewriter.create(kind, [y, c], loc=op.loc).result
+        rewriter.replace_op(op, [y])
         return True
 
 
@@ -328,7 +371,8 @@ class FoldChannelSub(_FoldBinary):
         return -np.ones_like(c), c
 
 
-PATTERNS = (FoldBatchNorm, FoldChannelMul, FoldChannelDiv, FoldChannelAdd, FoldChannelSub)
+PATTERNS = (FoldBatchNorm, DecomposeBatchNorm, FoldChannelMul, FoldChannelDiv, FoldChannelAdd,
+            FoldChannelSub)
 
 
 @register_pass
@@ -338,7 +382,7 @@ class FoldBatchNormPass(Pass):
     constant weights and bias of the conv, conv-transpose, gemm or matmul before them (see
     :mod:`ptxc.rewrite.passes.fold_batchnorm`). The producer must have no other user and constant
     weights; ``--explain`` says when it has not ("bn_3 not folded into conv_2: conv_2 has 2
-    users").
+    users"). A batch norm that folds nowhere becomes a multiply and an add by constants.
 
     Before:
         "builtin.module"() ({
