@@ -109,6 +109,7 @@ def register_pass(cls: type[Pass]) -> type[Pass]:
 
 def _load_builtin_passes() -> None:
     import ptxc.rewrite.passes  # noqa: F401  (imports and so registers every pass module)
+    import ptxc.lower  # noqa: F401  (the lowering passes)
 
 
 def registered_passes() -> dict[str, type[Pass]]:

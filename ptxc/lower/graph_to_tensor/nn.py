@@ -1,0 +1,175 @@
+"""Convolutions and padding: ``graph.conv``, ``graph.conv_transpose``, ``graph.pad``.
+
+* conv -> ``tensor.pad`` (zeros, when ``pads`` has any) + init (``tensor.fill`` 0, or the bias
+  broadcast along channels by a copy generic) + ``tensor.conv``.
+* conv_transpose -> a convolution, as frameworks compute its gradient-of-conv form: the input is
+  spread onto a zero tensor with the stride (``tensor.insert_slice`` with strides
+  ``[1, 1, s...]``), padded by ``dilation * (k - 1) - pad_begin`` before and
+  ``dilation * (k - 1) - pad_end + output_padding`` after (negative amounts crop), and convolved
+  at stride 1 with the kernel flipped and its channel dims swapped per group
+  (``W'[g*Mg + m, c, k] = W[g*Cg + c, m, K - 1 - k]``). A constant kernel is rearranged at
+  compile time; otherwise a copy generic with a flipping map does it.
+* pad, mode constant -> ``tensor.pad`` (after an ``extract_slice`` for negative pads, which
+  ONNX applies first); modes reflect, edge and wrap -> a generic computing each source index
+  from ``tensor.index`` and reading it with ``tensor.extract``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...dialects.graph.nn import spatial_attrs
+from ...dialects.tensor.generic import build_generic
+from ...dialects.tensor.maps import identity_map, unit_row
+from ...ir.spec import lookup
+from ...ir.types import INDEX, TensorType
+from .common import c, const_array, constant, empty, fill, lowers, op_, pad
+
+
+def bias_init(b, bias, out: TensorType):
+    """``out``-shaped init holding ``bias`` (``(M,)``) along dim 1."""
+    n = out.rank
+    return build_generic([bias], [empty(b, out)], out.shape,
+                         [(unit_row(n, 1),), identity_map(n)], ["parallel"] * n,
+                         lambda bb, args: [args[0]], b=b).result
+
+
+def conv(b, op):
+    """Lower a ``graph.conv`` (or the base view of a ``graph.fused_conv``)."""
+    g = lookup("graph.conv").groups(op)
+    x, w, bias = g["X"], g["W"], g["B"]
+    n = x.type.rank - 2
+    a = spatial_attrs(op, n)
+    xp = pad(b, x, [0, 0] + list(a["pads"][:n]), [0, 0] + list(a["pads"][n:]), 0.0)
+    out = op.results[0].type
+    init = bias_init(b, bias, out) if bias is not None else fill(b, out, 0.0)
+    return b.create("tensor.conv", [xp, w, init], {
+        "strides": a["strides"], "dilations": a["dilations"], "group": op.attr("group")}).result
+
+
+@lowers("graph.conv")
+def _conv(op, b):
+    return [conv(b, op)]
+
+
+def _flipped_kernel(b, w, group):
+    """``W`` ``(C, Mg, *K)`` as a convolution kernel ``(G*Mg, C/G, *K)``, flipped spatially."""
+    C, Mg, *K = w.type.shape
+    G = group
+    Cg = C // G
+    s = len(K)
+    arr = const_array(w)
+    if arr is not None:
+        v = arr.reshape((G, Cg, Mg, *K)).swapaxes(1, 2).reshape((G * Mg, Cg, *K))
+        v = v[(slice(None), slice(None)) + (slice(None, None, -1),) * s]
+        return constant(b, np.ascontiguousarray(v), w.type.element)
+    n = 3 + s  # loops (g, mg, cg, k...)
+
+    def two(i, ci, j):
+        row = [0] * (n + 1)
+        row[i], row[j] = ci, 1
+        return tuple(row)
+
+    m_in = (two(0, Cg, 2), unit_row(n, 1)) + tuple(
+        unit_row(n, 3 + i, -1, K[i] - 1) for i in range(s))
+    m_out = (two(0, Mg, 1), unit_row(n, 2)) + tuple(unit_row(n, 3 + i) for i in range(s))
+    out = w.type.with_shape((G * Mg, Cg, *K))
+    return build_generic([w], [empty(b, out)], (G, Mg, Cg, *K), [m_in, m_out],
+                         ["parallel"] * n, lambda bb, args: [args[0]], b=b).result
+
+
+@lowers("graph.conv_transpose")
+def _conv_transpose(op, b):
+    g = lookup("graph.conv_transpose").groups(op)
+    x, w, bias = g["X"], g["W"], g["B"]
+    n = x.type.rank - 2
+    a = spatial_attrs(op, n)
+    strides, dilations, pads = a["strides"], a["dilations"], a["pads"]
+    opad = op.attr("output_padding")
+    kernel = w.type.shape[2:]
+    N, C, *ins = x.type.shape
+    if any(s > 1 for s in strides):
+        up = TensorType((N, C) + tuple(s * (i - 1) + 1 for s, i in zip(strides, ins)),
+                        x.type.element)
+        x = b.create("tensor.insert_slice", [x, fill(b, up, 0.0)], {
+            "offsets": [0] * (n + 2), "sizes": list(x.type.shape),
+            "strides": [1, 1] + list(strides)}).result
+    low = [d * (k - 1) - pads[i] for i, (d, k) in enumerate(zip(dilations, kernel))]
+    high = [d * (k - 1) - pads[n + i] + opad[i]
+            for i, (d, k) in enumerate(zip(dilations, kernel))]
+    xp = pad(b, x, [0, 0] + low, [0, 0] + high, 0.0)
+    wk = _flipped_kernel(b, w, op.attr("group"))
+    out = op.results[0].type
+    init = bias_init(b, bias, out) if bias is not None else fill(b, out, 0.0)
+    return [b.create("tensor.conv", [xp, wk, init], {
+        "strides": [1] * n, "dilations": list(dilations), "group": op.attr("group")}).result]
+
+
+# ---- pad ------------------------------------------------------------------------------------------
+
+def _mod(bb, j, m):
+    """``j mod m`` in [0, m) for an index ``j`` and a positive constant ``m``."""
+    mc = c(bb, m, INDEX)
+    r = op_(bb, "arith.sub", j, op_(bb, "arith.mul", op_(bb, "arith.div", j, mc), mc))
+    neg = op_(bb, "arith.cmp", r, c(bb, 0, INDEX), predicate="lt")
+    return op_(bb, "arith.select", neg, op_(bb, "arith.add", r, mc), r)
+
+
+def _source_index(bb, mode: str, j, size: int):
+    if mode == "edge":
+        return op_(bb, "arith.min", op_(bb, "arith.max", j, c(bb, 0, INDEX)),
+                   c(bb, size - 1, INDEX))
+    if mode == "wrap":
+        return _mod(bb, j, size)
+    if size == 1:  # reflect of a single element: always that element
+        return c(bb, 0, INDEX)
+    period = 2 * (size - 1)
+    r = _mod(bb, j, period)
+    inside = op_(bb, "arith.cmp", r, c(bb, size, INDEX), predicate="lt")
+    return op_(bb, "arith.select", inside, r, op_(bb, "arith.sub", c(bb, period, INDEX), r))
+
+
+@lowers("graph.pad")
+def _pad(op, b):
+    x = op.operands[0]
+    r = x.type.rank
+    pads = list(op.attr("pads"))
+    low, high = pads[:r], pads[r:]
+    mode = op.attr("mode")
+    if mode == "constant":
+        value = 0
+        if len(op.operands) == 2:
+            arr = const_array(op.operands[1])
+            if arr is None:
+                v = op.operands[1]
+                zero = [c(b, 0, INDEX) for _ in range(v.type.rank)]
+                scalar = b.create("tensor.extract", [v] + zero).result
+                xc = pad(b, x, [min(p, 0) for p in low], [min(p, 0) for p in high], 0)
+                if not any(p > 0 for p in low + high):
+                    return [xc]
+                return [b.create("tensor.pad", [xc, scalar], {
+                    "low": [max(p, 0) for p in low], "high": [max(p, 0) for p in high]}).result]
+            value = arr.reshape(-1)[0]
+        y = pad(b, x, low, high, value)
+        if y is x:  # nothing to pad or crop: still a new tensor
+            y = build_generic([x], [empty(b, x.type)], x.type.shape,
+                              [identity_map(r)] * 2, ["parallel"] * r,
+                              lambda bb, args: [args[0]], b=b).result
+        return [y]
+    xc = pad(b, x, [min(p, 0) for p in low], [min(p, 0) for p in high], 0)
+    size = xc.type.shape
+    out = op.results[0].type
+    lo = [max(p, 0) for p in low]
+
+    def body(bb, args):
+        idx = []
+        for d in range(r):
+            j = bb.create("tensor.index", [], {"dim": d}).result
+            if lo[d] or size[d] != out.shape[d]:
+                j = op_(bb, "arith.sub", j, c(bb, lo[d], INDEX)) if lo[d] else j
+                j = _source_index(bb, mode, j, size[d])
+            idx.append(j)
+        return [bb.create("tensor.extract", [xc] + idx).result]
+
+    return [build_generic([], [empty(b, out)], out.shape, [identity_map(r)],
+                          ["parallel"] * r, body, b=b).result]

@@ -1,0 +1,105 @@
+"""Pools: ``graph.max_pool``, ``graph.average_pool``, ``graph.global_average_pool``,
+``graph.global_max_pool``.
+
+* max pool -> ``tensor.pad`` (-inf, or the type's lowest integer) + ``tensor.fill`` (same) +
+  ``tensor.pool {kind = "max"}``;
+* average pool -> ``tensor.pad`` (0) + ``tensor.fill`` 0 + ``tensor.pool {kind = "sum"}`` + a
+  divide generic by the window counts (a constant of the output's spatial shape, computed at
+  compile time as the reference does, or one ``arith.constant`` when every window has the same
+  count);
+* global pools -> ``tensor.reduce`` over the spatial dims (+ the divide for the average).
+
+The padded input is made exactly as long as the windows read (``(o - 1) * s + (k - 1) * d + 1``
+per axis): ceil-mode windows that run past the end padding read the pad value, which never wins
+a max and adds 0 to a sum (the count excludes those positions). f16 sums are taken in f32 and
+rounded once, as the reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...dialects.graph.nn import spatial_attrs
+from ...dialects.graph.pool import pool_out_shape
+from ...ir.types import TensorType
+from .common import (acc_type, c, cast, constant, elementwise, fill, lowers, lowest, op_, pad,
+                     reduce, widen)
+
+
+def _padded(b, op, x, value):
+    n = x.type.rank - 2
+    a = spatial_attrs(op, n)
+    out = pool_out_shape(x.type.shape[2:], a, op.attr("ceil_mode"))
+    need = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in
+            zip(out, a["strides"], a["kernel_shape"], a["dilations"])]
+    low = list(a["pads"][:n])
+    high = [need[i] - x.type.shape[2 + i] - low[i] for i in range(n)]
+    return a, out, pad(b, x, [0, 0] + low, [0, 0] + high, value)
+
+
+@lowers("graph.max_pool")
+def _max_pool(op, b):
+    x = op.operands[0]
+    el = x.type.element
+    a, _, xp = _padded(b, op, x, lowest(el))
+    init = fill(b, op.results[0].type, lowest(el))
+    return [b.create("tensor.pool", [xp, init], {
+        "kind": "max", "kernel_shape": a["kernel_shape"], "strides": a["strides"],
+        "dilations": a["dilations"]}).result]
+
+
+def _window_counts(op, x_shape, a, out) -> np.ndarray:
+    """How many positions of each window the average divides by (float64, ``(1, 1, *out)``)."""
+    n = len(out)
+    count = np.ones((), dtype=np.float64)
+    for i in range(n):
+        size, pb, pe = x_shape[2 + i], a["pads"][i], a["pads"][n + i]
+        s, k, d = a["strides"][i], a["kernel_shape"][i], a["dilations"][i]
+        pos = np.arange(out[i])[:, None] * s + np.arange(k)[None, :] * d
+        if op.attr("count_include_pad"):
+            inside = pos < size + pb + pe
+        else:
+            inside = (pos >= pb) & (pos < size + pb)
+        count = np.multiply.outer(count, inside.sum(axis=1).astype(np.float64))
+    return count.reshape((1, 1) + tuple(out))
+
+
+def _divide(b, total, counts: np.ndarray, out: TensorType):
+    """``total / counts`` rounded to ``out``'s element type."""
+    ct = total.type.element
+    flat = counts.reshape(-1)
+    if flat.size and (flat == flat[0]).all():
+        k = float(flat[0])
+        return elementwise(b, [total], out, lambda bb, s: cast(
+            bb, op_(bb, "arith.div", s[0], c(bb, k, ct)), out.element))
+    cnt = constant(b, counts.astype(ct.np_dtype), ct)
+    return elementwise(b, [total, cnt], out, lambda bb, s: cast(
+        bb, op_(bb, "arith.div", s[0], s[1]), out.element))
+
+
+@lowers("graph.average_pool")
+def _average_pool(op, b):
+    x = widen(b, op.operands[0])
+    a, out, xp = _padded(b, op, x, 0.0)
+    res = op.results[0].type
+    init = fill(b, res.with_element(x.type.element), 0.0)
+    total = b.create("tensor.pool", [xp, init], {
+        "kind": "sum", "kernel_shape": a["kernel_shape"], "strides": a["strides"],
+        "dilations": a["dilations"]}).result
+    return [_divide(b, total, _window_counts(op, op.operands[0].type.shape, a, out), res)]
+
+
+@lowers("graph.global_average_pool")
+def _global_average_pool(op, b):
+    x = op.operands[0]
+    axes = list(range(2, x.type.rank))
+    total = reduce(b, widen(b, x), axes, "sum", 0.0, acc_type(x.type.element))
+    count = float(np.prod([x.type.shape[i] for i in axes]))
+    res = op.results[0].type
+    return [_divide(b, total, np.full((1,), count), res)]
+
+
+@lowers("graph.global_max_pool")
+def _global_max_pool(op, b):
+    x = op.operands[0]
+    return [reduce(b, x, list(range(2, x.type.rank)), "max", lowest(x.type.element))]
