@@ -151,9 +151,18 @@ def layout_graphs(draw):
                 outs = []
                 for _ in range(draw(st.integers(2, 3))):
                     n = draw(st.sampled_from([2, 3]))
-                    if draw(st.booleans()):
+                    which = draw(st.sampled_from(["fc", "gemm", "matmul"]))
+                    if which == "fc":
                         outs.append(net.add_fully_connected(
                             t, w(n, c), w(n, scale=0.1) if draw(st.booleans()) else None))
+                    elif which == "gemm":  # mixed transB, alpha, beta, C shapes
+                        tb = draw(st.booleans())
+                        cb = [None, w(n, scale=0.1), w(t.shape[0], n, scale=0.1)][
+                            draw(st.integers(0, 2))]
+                        outs.append(net.add_layer(
+                            "Gemm", [t, w(n, c) if tb else w(c, n), cb], transB=int(tb),
+                            alpha=draw(st.sampled_from([1.0, 0.5])),
+                            beta=draw(st.sampled_from([1.0, 2.0])))[0])
                     else:
                         outs.append(net.add_matmul(t, w(c, n)))
                 t = net.add_concat(outs, axis=1)

@@ -45,8 +45,6 @@ from ..explain import op_location
 from ..pass_ import Pass, register_pass
 from ..pattern import RewritePattern, producer
 
-LINEAR = ("graph.conv", "graph.conv_transpose", "graph.gemm", "graph.matmul")
-
 
 # ---- helpers shared with the other layout passes -------------------------------------------------
 

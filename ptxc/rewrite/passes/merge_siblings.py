@@ -194,8 +194,9 @@ def _gemm_weights(group):
             B = np.concatenate([np.broadcast_to(c, (1, n)).reshape(n) for c, n in cs])
         else:
             B = np.concatenate([np.broadcast_to(c, (m, n)) for c, n in cs], axis=1)
-        if len(betas) > 1:
-            attributes["beta"] = 1.0
+        beta = 1.0 if len(betas) > 1 else betas.pop()
+        if beta != first.attr("beta"):   # the first sibling may be one without C
+            attributes["beta"] = beta
     return W, B, attributes
 
 
