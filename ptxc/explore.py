@@ -11,15 +11,16 @@ exactly as imported.
 from __future__ import annotations
 
 import io
+import os
 
 from .errors import CompileError
 from .ir.core import Operation
 from .ir.printer import print_ir
 
-STAGES = ("graph", "tensor", "loop", "llvm", "ptx")
+from .compiler import STAGE_PIPELINES, STAGES, check_stage  # noqa: F401
 
-#: the graph-stage pipeline used when none is given (the graph optimizer extends it)
-DEFAULT_GRAPH_PIPELINE = "graph-opt"
+#: the graph-stage pipeline used when none is given
+DEFAULT_GRAPH_PIPELINE = STAGE_PIPELINES["graph"]
 
 
 def _as_module(model, input_shapes, constant_inputs) -> Operation:
@@ -81,24 +82,34 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
     comments ahead of the IR. Constants are elided for display unless ``elide_constants=False``
     (which gives text that ``parse_ir`` reads back).
     """
-    if stage not in STAGES:
-        raise CompileError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
-    if stage != "graph":
-        raise CompileError(f"stage {stage!r} is not built yet: ptxc lowers to the graph stage "
-                           "only (the tensor/loop/llvm/ptx lowerings are planned work)")
+    check_stage(stage)
     module = _as_module(model, input_shapes, constant_inputs)
     before = op_counts(module)
     stream = io.StringIO()
     from .rewrite.explain import Explain
     collector = Explain() if explain else None
-    pm = run_graph_stage(module, passes, stream=stream, print_ir_after_all=print_ir_after_all,
-                         print_ir_after_change=print_ir_after_change, dump_dir=dump_dir,
-                         timing=timing, check_numerics=check_numerics, explain=collector)
+    order = ["graph", "tensor", "loop"]
+    last = "loop" if stage == "llvm" else stage
+    managers = []
+    stages = order[:order.index(last) + 1]
+    for i, s_name in enumerate(stages):
+        stage_dump = dump_dir
+        if dump_dir and len(stages) > 1:  # one numbered folder per stage
+            stage_dump = os.path.join(dump_dir, f"{i}-{s_name}")
+        pipeline = STAGE_PIPELINES[s_name]
+        if s_name == "graph" and passes is not None:
+            pipeline = passes
+        managers.append(run_graph_stage(
+            module, pipeline, stream=stream, print_ir_after_all=print_ir_after_all,
+            print_ir_after_change=print_ir_after_change, dump_dir=stage_dump, timing=timing,
+            check_numerics=check_numerics, explain=collector if s_name == "graph" else None))
+        if s_name == "graph":
+            after_graph = op_counts(module)
     out = stream.getvalue()
     if timing:
-        out += pm.timing_report()
+        out += "".join(m.timing_report() for m in managers)
     if report:
-        out += op_count_report(before, op_counts(module))
+        out += op_count_report(before, after_graph)
     if collector is not None:
         lines = collector.format().splitlines() or ["(no pattern fired or gave a reason)"]
         out += "".join(f"// {line}\n" for line in lines)
@@ -106,4 +117,7 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
         out += "\n"
     if out:
         out += f"// -----// IR at the end of stage {stage} //----- //\n"
+    if stage == "llvm":
+        from .lower.loop_to_llvm import lower_loop_to_llvm
+        return out + lower_loop_to_llvm(module).text
     return out + print_ir(module, elide_constants=elide_constants)

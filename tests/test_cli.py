@@ -38,7 +38,7 @@ def test_explore_print_after_all_and_dump_dir(tmp_path, capsys):
 
 
 def test_explore_later_stage_is_a_clear_error(capsys):
-    assert main(["explore", "light:squeezenet", "--stage", "loop"]) == 2
+    assert main(["explore", "light:squeezenet", "--stage", "ptx"]) == 2
     assert "not built yet" in capsys.readouterr().err
 
 

@@ -1,0 +1,67 @@
+"""The Engine: a compiled model, its bindings and its runtime program.
+
+    engine = ptxc.compile("model.onnx", target="cpu")
+    engine.inputs, engine.outputs        # {name: TensorType}
+    outputs = engine.run({"data": x})    # dict[str, np.ndarray] -> dict[str, np.ndarray]
+    engine.memory_report()               # arena peak beside the live-bytes lower bound
+    engine.timings                       # seconds per compile stage
+
+A wrong input name, shape or dtype is a BindingError naming the binding and what it expects.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..errors import BindingError
+from ..ir.core import Operation
+from ..ir.interpreter import check_inputs
+from ..ir.types import TensorType
+
+
+class Engine:
+    def __init__(self, target: str, program, inputs: dict, outputs: dict, timings: dict,
+                 llvm_text: str = "", kernels=None):
+        self.target = target
+        self.program = program
+        self.inputs = inputs      # name -> TensorType, in binding order
+        self.outputs = outputs    # name -> TensorType, in binding order
+        self.timings = timings
+        self.llvm_text = llvm_text
+        self.kernels = kernels
+
+    @classmethod
+    def for_cpu(cls, loop_module: Operation, timings: dict | None = None, threads=None):
+        """JIT-compile a loop-level module for the host CPU."""
+        from ..driver.cpu import CpuProgram
+        from ..lower.loop_to_llvm import lower_loop_to_llvm
+        timings = dict(timings or {})
+        t0 = time.perf_counter()
+        program = lower_loop_to_llvm(loop_module)
+        timings["llvm"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        kwargs = {} if threads is None else {"threads": threads}
+        cpu = CpuProgram(program, **kwargs)
+        timings["jit"] = time.perf_counter() - t0
+        slots = {s.name: s for s in program.table.slots if s.kind == "arg"}
+        tensor = lambda n: TensorType(slots[n].shape, slots[n].type.element)  # noqa: E731
+        inputs = {n: tensor(n) for n in program.table.inputs}
+        outputs = {n: tensor(n) for n in program.table.outputs}
+        return cls("cpu", cpu, inputs, outputs, timings, program.text, program.table)
+
+    def run(self, inputs: dict) -> dict:
+        """Run one inference: inputs by name, outputs by name (fresh arrays)."""
+        if not isinstance(inputs, dict):
+            raise BindingError(f"Engine.run takes a dict name -> array, got "
+                               f"{type(inputs).__name__}")
+        arrays = check_inputs(list(self.inputs), list(self.inputs.values()), inputs, "engine")
+        feeds = {n: np.ascontiguousarray(x) for n, x in zip(self.inputs, arrays)}
+        out = self.program(feeds)
+        return {n: out[n] for n in self.outputs}
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{n}: {t}" for n, t in self.inputs.items())
+        outs = ", ".join(f"{n}: {t}" for n, t in self.outputs.items())
+        return f"<Engine {self.target} ({ins}) -> ({outs})>"
