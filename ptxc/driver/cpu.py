@@ -18,9 +18,10 @@ a kernel with little work (``min_parallel_work`` innermost iterations) or a sequ
 
 Memory: arguments are the caller's arrays (C-contiguous, aligned, not overlapping; written in
 place); weights are the arrays of the ``loop.global`` ops; scratch buffers (``loop.alloc``) come
-from a :class:`BufferAllocator`. :class:`PerRunAllocator` gives fresh numpy memory on every run;
-a liveness-based arena planner replaces it by implementing the same one method over one arena,
-using each slot's ``span``/``dtype`` (size) and ``first``/``last`` kernel (live range).
+from a :class:`BufferAllocator`. :class:`PerRunAllocator` (the default) gives fresh numpy memory
+on every run; ``allocator="arena"`` uses :class:`~ptxc.driver.memory_plan.ArenaAllocator`, the
+liveness-based planner's one arena (views at planned offsets, from each slot's ``span``/``dtype``
+and ``first``/``last`` kernel), kept across runs.
 """
 
 from __future__ import annotations
@@ -111,13 +112,19 @@ class CpuProgram:
     """A JIT-compiled loop program; see the module docstring."""
 
     def __init__(self, program: LLVMProgram, opt_level: int = 3, threads: int | None = None,
-                 min_parallel_work: int = 1 << 15, allocator: BufferAllocator | None = None):
+                 min_parallel_work: int = 1 << 15,
+                 allocator: BufferAllocator | str | None = None):
         import llvmlite.binding as llvm
         _register_symbols()
         self.program = program
         self.table = program.table
         self.threads = max(1, threads if threads is not None else (os.cpu_count() or 1))
         self.min_parallel_work = min_parallel_work
+        if allocator == "arena":
+            from .memory_plan import ArenaAllocator
+            allocator = ArenaAllocator()
+        elif isinstance(allocator, str):
+            raise CompileError(f"cpu: unknown allocator {allocator!r} (known: 'arena')")
         self.allocator = allocator or PerRunAllocator()
         tm = new_host_target_machine()  # owned by the engine from here on
         self._module = optimize(program.text, opt_level, tm)
