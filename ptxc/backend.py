@@ -9,7 +9,8 @@ bound from the first ``run``'s inputs instead, as TensorRT binds them from an op
 symbolic input dimensions (``input_shapes``) and inputs that decide a shape
 (``constant_inputs``). Such a rep recompiles when a later run's inputs differ in those respects.
 
-Today device "CPU" runs the graph-dialect interpreter (``mode="interpret"``).
+Device "CPU" has two modes: ``compile`` (the default: graph-opt, the lowerings and the LLVM JIT,
+an Engine) and ``interpret`` (the graph-dialect interpreter on the imported graph, the reference).
 """
 
 from __future__ import annotations
@@ -24,13 +25,17 @@ from .ir.interpreter import interpret
 
 
 class PtxcRep(BackendRep):
-    def __init__(self, model: onnx.ModelProto, mode: str = "interpret"):
+    def __init__(self, model: onnx.ModelProto, mode: str = "compile"):
+        if mode not in ("compile", "interpret"):
+            raise ValueError(f"mode must be 'compile' or 'interpret', not {mode!r}")
         self.model = model
         self.mode = mode
         inits = {t.name for t in model.graph.initializer}
         self.input_names = [vi.name for vi in model.graph.input if vi.name not in inits]
         self.output_names = [vi.name for vi in model.graph.output]
         self.module = None
+        self.engine = None
+        self.engine_key = None
         self.bound_key = None
         self.shape_inputs: tuple[str, ...] = ()
         try:
@@ -74,11 +79,22 @@ class PtxcRep(BackendRep):
         if self.module is None or self.shape_inputs or self.bound_key is not None:
             self._bind(feeds)
         runtime = {n: x for n, x in feeds.items() if n not in self.shape_inputs}
-        out = interpret(self.module, runtime)
+        if self.mode == "interpret":
+            out = interpret(self.module, runtime)
+        else:
+            if self.engine is None or self.engine_key != self.bound_key:
+                from .compiler import compile as compile_model
+                self.engine = compile_model(self.module, target="cpu")
+                self.engine_key = self.bound_key
+            out = self.engine.run(runtime)
         return tuple(out[n] for n in self.output_names)
 
 
 class PtxcBackend(Backend):
+    """The ONNX backend; ``mode`` is "compile" (CPU engine) or "interpret" (reference)."""
+
+    mode = "compile"
+
     @classmethod
     def is_compatible(cls, model, device: str = "CPU", **kwargs) -> bool:
         from .frontend.onnx_import import supported_ops
@@ -88,7 +104,7 @@ class PtxcBackend(Backend):
     @classmethod
     def prepare(cls, model, device: str = "CPU", **kwargs) -> PtxcRep:
         proto, _ = load_model(model)
-        return PtxcRep(proto)
+        return PtxcRep(proto, cls.mode)
 
     @classmethod
     def run_model(cls, model, inputs, device: str = "CPU", **kwargs):
@@ -97,6 +113,12 @@ class PtxcBackend(Backend):
     @classmethod
     def supports_device(cls, device: str) -> bool:
         return device == "CPU"
+
+
+class PtxcInterpreterBackend(PtxcBackend):
+    """The ONNX backend over the graph-dialect interpreter (the reference semantics)."""
+
+    mode = "interpret"
 
 
 prepare = PtxcBackend.prepare

@@ -4,5 +4,5 @@ passes or is an expected failure with a reason (tests/onnx_backend_xfail.txt).""
 import ptxc.backend
 from onnx_conformance import make_backend_test
 
-backend_test = make_backend_test(ptxc.backend.PtxcBackend, __name__)
+backend_test = make_backend_test(ptxc.backend.PtxcInterpreterBackend, __name__)
 globals().update(backend_test.enable_report().test_cases)
