@@ -47,30 +47,34 @@ def cases():
     return out
 
 
-def read_xfails() -> dict[str, str]:
+def read_xfails(path: str = XFAIL_FILE) -> dict[str, str]:
     """Test name (without the device suffix) -> reason."""
     out = {}
-    with open(XFAIL_FILE) as f:
+    with open(path) as f:
         for line in f:
             line = line.strip()
             if not line or line.startswith("#"):
                 continue
             name, _, reason = line.partition("#")
             if not reason.strip():
-                raise ValueError(f"{XFAIL_FILE}: entry {name.strip()!r} has no reason")
+                raise ValueError(f"{path}: entry {name.strip()!r} has no reason")
             out[name.strip()] = reason.strip()
     return out
 
 
-def make_backend_test(backend, module_name: str):
-    """A configured BackendTest whose generated test classes go into ``module_name``."""
+def make_backend_test(backend, module_name: str, extra_xfail_file: str | None = None):
+    """A configured BackendTest whose generated test classes go into ``module_name``.
+    ``extra_xfail_file`` lists what fails on this backend only (beside the common list)."""
     import onnx.backend.test
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         bt = onnx.backend.test.BackendTest(backend, module_name)
     names = [name for _, name, ok in cases() if ok]
     bt.include("^(" + "|".join(re.escape(n) for n in names) + ")_cpu$")
-    for name in read_xfails():
+    xfails = read_xfails()
+    if extra_xfail_file:
+        xfails.update(read_xfails(os.path.join(os.path.dirname(__file__), extra_xfail_file)))
+    for name in xfails:
         bt.xfail("^" + re.escape(name) + "_cpu$")
     return bt
 
