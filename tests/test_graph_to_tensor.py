@@ -504,7 +504,8 @@ def test_a_lowering_that_cannot_express_an_op_names_it_and_leaves_no_debris(monk
 
 # ---- the light models ----------------------------------------------------------------------------
 
-SLOW = {"densenet121", "inception_v1", "inception_v2", "resnet50", "vgg19"}
+SLOW = {"bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "vgg19",
+        "zfnet512"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
@@ -514,3 +515,87 @@ def test_light_models_lower_and_match_the_graph_interpreter(name):
     module = ptxc.import_onnx(model)
     lower_and_compare(module, light_models.random_inputs(model), rtol=1e-4, atol=1e-5,
                       roundtrip=False)
+
+
+# ---- tensor passes: fusion and generalization ------------------------------------------------------
+
+def _generics(module):
+    return [op for op in func_body(get_func(module)).ops if op.name == "tensor.generic"]
+
+
+def _lower_fused(net, feeds, pipeline="lower-graph-to-tensor,fuse-tensor-elementwise"):
+    m = net.to_module()
+    PassManager(pipeline, check_numerics=True).run(m)
+    lower_and_compare(ptxc.import_onnx(net.to_onnx()), feeds, pipeline=pipeline)
+    return m
+
+
+def test_fusion_of_a_chain_a_transpose_and_a_broadcast():
+    net = ptxc.Network("chain")
+    x = net.add_input("x", (2, 3))
+    y = net.add_input("y", (4, 2, 3))
+    r = net.add_activation(net.add_elementwise(x, net.add_constant(rand(3)), "add"), "relu")
+    t = net.add_transpose(net.add_activation(r, "sigmoid"), [1, 0])   # permuted read
+    net.mark_output(t, "t")
+    s = net.add_elementwise(net.add_activation(x, "tanh"), y, "mul")  # broadcast read
+    net.mark_output(s, "s")
+    m = _lower_fused(net, {"x": rand(2, 3), "y": rand(4, 2, 3)})
+    gens = _generics(m)
+    assert len(gens) == 2
+    for g in gens:  # each consumer kept its loc and the ops of its producers
+        assert g.loc is not None
+    body_ops = [o.name for g in gens for o in g.regions[0].blocks[0].ops]
+    assert {"math.tanh", "arith.max", "arith.select"} <= set(body_ops)
+
+
+def test_fusion_rewrites_tensor_index_of_the_producer():
+    net = ptxc.Network("gather")
+    d = net.add_input("d", (5, 4))
+    g = net.add_layer("Gather", [d, net.add_constant(np.array([[3, 0, -1]], np.int64))],
+                      axis=0)[0]                                       # (1, 3, 4)
+    net.mark_output(net.add_transpose(g, [2, 0, 1]), "y")
+    m = _lower_fused(net, {"d": rand(5, 4)})
+    (gen,) = _generics(m)
+    assert "tensor.extract" in [o.name for o in gen.regions[0].blocks[0].ops]
+    # read through a strided window map: the gather's loop dims become o * s + k * d
+    net = ptxc.Network("gather_pool")
+    d = net.add_input("d", (6, 2, 5, 7))
+    g = net.add_layer("Gather", [d, net.add_constant(np.array([4, 0, 5], np.int64))],
+                      axis=0)[0]                                        # (3, 2, 5, 7)
+    net.mark_output(net.add_pooling(g, "max", kernel=2, stride=2), "y")
+    full = "lower-graph-to-tensor,generalize-named-ops,fuse-tensor-elementwise"
+    m = _lower_fused(net, {"d": rand(6, 2, 5, 7)}, pipeline=full)
+    (gen,) = _generics(m)
+    names = [o.name for o in gen.regions[0].blocks[0].ops]
+    assert "tensor.extract" in names and "arith.mul" in names
+
+
+def test_no_fusion_of_a_producer_with_two_users():
+    net = ptxc.Network("two")
+    x = net.add_input("x", (3, 4))
+    r = net.add_activation(x, "relu")
+    net.mark_output(net.add_activation(r, "tanh"), "a")
+    net.mark_output(net.add_activation(r, "sigmoid"), "b")
+    m = _lower_fused(net, {"x": rand(3, 4)})
+    assert len(_generics(m)) == 3
+
+
+def test_softmax_generalized_fuses_exp_into_its_sum():
+    net = ptxc.Network("sm")
+    x = net.add_input("x", (3, 7))
+    net.mark_output(net.add_softmax(x, axis=-1), "y")
+    full = "lower-graph-to-tensor,generalize-named-ops,fuse-tensor-elementwise"
+    m = _lower_fused(net, {"x": rand(3, 7)}, pipeline=full)
+    gens = _generics(m)
+    assert not {"tensor.reduce"} & set(ops_of(m))
+    reductions = [g for g in gens if "reduction" in g.attr("iterator_types")]
+    assert any("math.exp" in [o.name for o in g.regions[0].blocks[0].ops] for g in reductions)
+
+
+def test_generalized_light_model_matches():
+    model = light_models.with_random_weights(light_models.load("squeezenet"))
+    module = ptxc.import_onnx(model)
+    full = "lower-graph-to-tensor,generalize-named-ops,fuse-tensor-elementwise"
+    lower_and_compare(module, light_models.random_inputs(model), rtol=1e-4, atol=1e-5,
+                      pipeline=full, roundtrip=False)
+    assert not {"tensor.conv", "tensor.pool"} & set(ops_of(module))

@@ -147,38 +147,65 @@ def test_generic_strided_diagonal_and_flipped_maps():
     np.testing.assert_array_equal(y, x[2 * i + 1, 6 - i] + x[i, i])
 
 
-def test_generic_reduction_accumulate_sequential_and_chunked(monkeypatch):
+def test_generic_reduction_contraction_accumulation_sequential_and_chunked(monkeypatch):
     x = f32(4, 5, 6)
     rows = (unit_row(3, 0), unit_row(3, None), unit_row(3, None))
+    iters = ["parallel", "reduction", "reduction"]
 
-    def sum_of_squares(b, a):  # acc + x * x: the accumulation fast path
-        def body(bb, args):
-            sq = bb.create("arith.mul", [args[0], args[0]]).result
-            return [bb.create("arith.add", [args[1], sq]).result]
+    def reduction(b, a, body):
         return build_generic([a[0]], [fill(b, (4, 1, 1), 0.0)], (4, 5, 6),
-                             [identity_map(3), rows], ["parallel", "reduction", "reduction"],
-                             body, b=b).result
+                             [identity_map(3), rows], iters, body, b=b).result
 
-    def decay(b, a):  # acc * 0.5 + x: not an accumulation, runs point by point in order
-        def body(bb, args):
-            h = bb.create("arith.constant", [], {"value": 0.5, "type": F32}).result
-            t = bb.create("arith.mul", [args[1], h]).result
-            return [bb.create("arith.add", [t, args[0]]).result]
-        return build_generic([a[0]], [fill(b, (4, 1, 1), 0.0)], (4, 5, 6),
-                             [identity_map(3), rows], ["parallel", "reduction", "reduction"],
-                             body, b=b).result
+    def sum_of_squares(bb, args):  # acc + x * x: a contraction (einsum)
+        sq = bb.create("arith.mul", [args[0], args[0]]).result
+        return [bb.create("arith.add", [args[1], sq]).result]
 
-    got = run({"x": x}, lambda b, a: [sum_of_squares(b, a), decay(b, a)])
+    def sum_of_exp(bb, args):  # acc + exp(x): an accumulation, evaluated in blocks
+        e = bb.create("math.exp", [args[0]]).result
+        return [bb.create("arith.add", [e, args[1]]).result]
+
+    def decay(bb, args):  # acc * 0.5 + x: neither, runs point by point in order
+        h = bb.create("arith.constant", [], {"value": 0.5, "type": F32}).result
+        t = bb.create("arith.mul", [args[1], h]).result
+        return [bb.create("arith.add", [t, args[0]]).result]
+
+    got = run({"x": x}, lambda b, a: [reduction(b, a, f) for f in
+                                      (sum_of_squares, sum_of_exp, decay)])
     np.testing.assert_allclose(got[0], (x * x).sum(axis=(1, 2), keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(got[1], np.exp(x).sum(axis=(1, 2), keepdims=True), rtol=1e-5)
     want = np.zeros(4, np.float32)
     for j in range(5):
         for k in range(6):
             want = want * np.float32(0.5) + x[:, j, k]
-    np.testing.assert_allclose(got[1].reshape(4), want, rtol=1e-5)
+    np.testing.assert_allclose(got[2].reshape(4), want, rtol=1e-5)
     # blocks smaller than a whole reduction dim give the same sums
-    monkeypatch.setattr(generic_mod, "CHUNK_ELEMENTS", 7)
-    again = run({"x": x}, lambda b, a: sum_of_squares(b, a), roundtrip=False)
-    np.testing.assert_allclose(again, got[0], rtol=1e-5)
+    monkeypatch.setattr(generic_mod, "CHUNK_ELEMENTS", 12)
+    again = run({"x": x}, lambda b, a: reduction(b, a, sum_of_exp), roundtrip=False)
+    np.testing.assert_allclose(again, got[1], rtol=1e-5)
+
+
+def test_generic_evaluation_paths_are_recognized():
+    def ops_of(body):
+        m = module_of({"x": f32(3, 4)}, lambda b, a: build_generic(
+            [a[0], a[0]], [fill(b, (3, 1), 0.0)], (3, 4),
+            [identity_map(2), identity_map(2), (unit_row(2, 0), unit_row(2, None))],
+            ["parallel", "reduction"], body, b=b).result)
+        return next(op for op in m.walk() if op.name == "tensor.generic")
+
+    def prod(bb, a):
+        return [bb.create("arith.add", [a[2], bb.create("arith.mul", a[:2]).result]).result]
+
+    def plus(bb, a):
+        return [bb.create("arith.max", [a[2], a[0]]).result]
+
+    def uses_out_twice(bb, a):
+        s = bb.create("arith.add", [a[2], a[2]]).result
+        return [bb.create("arith.add", [s, a[0]]).result]
+
+    assert generic_mod.product_form(ops_of(prod)) == (0, 1)
+    assert generic_mod.accumulation(ops_of(plus)) is np.maximum
+    assert generic_mod.product_form(ops_of(plus)) is None
+    assert generic_mod.accumulation(ops_of(uses_out_twice)) is None
 
 
 def test_generic_index_and_extract_gather_with_two_outs():

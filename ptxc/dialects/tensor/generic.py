@@ -22,6 +22,8 @@ defined outside the op: Gather, Resize).
 The reference runs the body vectorized. Without reduction dims the body runs once over arrays
 holding every point (in loop layout, broadcasting). With reduction dims:
 
+* a contraction ``yield(add(out, mul(a, b)))`` (a generalized matmul or convolution) is one
+  ``np.einsum`` over the operands' strided views;
 * when the body is an accumulation ``yield(combine(out, g))`` with ``combine`` one of
   add/mul/max/min/and/or and ``out`` used nowhere else, ``g`` is evaluated over blocks of
   reduction points at once (the body runs with ``out`` bound to the combine's identity, which
@@ -272,6 +274,54 @@ def accumulation(op):
     return _COMBINE[y.op.name]
 
 
+def product_form(op):
+    """``(i, j)`` when the body is ``yield(add(out, mul(a_i, a_j)))`` with ``a_i``, ``a_j`` ins
+    arguments (possibly cast to the out's type): a contraction (matmul, convolution), which the
+    reference evaluates with one ``np.einsum``."""
+    ins, _ = generic_parts(op)
+    block = body(op)
+    (y,) = block.last_op.operands
+    out_arg = block.args[len(ins)]
+    other = [v for v in y.op.operands if v is not out_arg]
+    if len(other) != 1 or out_arg.type.name == "i1":
+        return None
+    m = other[0]
+    if not isinstance(m, OpResult) or m.op.name != "arith.mul" or m.op.block is not block:
+        return None
+    found = []
+    for v in m.op.operands:
+        if isinstance(v, OpResult) and v.op.name == "arith.cast" and v.type == out_arg.type:
+            v = v.op.operands[0]
+        if v not in block.args[:len(ins)]:
+            return None
+        found.append(block.args.index(v))
+    return tuple(found)
+
+
+def _run_contraction(in_arrays, in_maps, bounds, red, acc, prod):
+    """``acc + sum over the reduction dims of a * b`` by one ``np.einsum`` over strided views
+    (each operand's dims that it does not read dropped; a reduction dim neither reads
+    multiplies the sum by its extent)."""
+    n = len(bounds)
+    full = Domain.full(bounds)
+    dtype = acc.dtype
+    views = [gather(in_arrays[k], in_maps[k], full).astype(dtype, copy=False) for k in prod]
+    labels = [[i for i in range(n) if v.shape[i] > 1] for v in views]
+    used = set(labels[0]) | set(labels[1])
+    out = [i for i in range(n) if i not in red and i in used]
+    letter = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    spec = ",".join("".join(letter[i] for i in ls) for ls in labels) + "->" + \
+        "".join(letter[i] for i in out)
+    ops = [v.reshape([v.shape[i] for i in ls]) for v, ls in zip(views, labels)]
+    with np.errstate(all="ignore"):
+        r = np.einsum(spec, *ops, optimize=True)
+        for i in red:
+            if i not in used and bounds[i] > 1:
+                r = r * dtype.type(bounds[i])
+        r = np.asarray(r).reshape([bounds[i] if i in out else 1 for i in range(n)])
+        return (acc + r).astype(dtype, copy=False)
+
+
 def _run_body(op, interp, arrays, dom: Domain, dtypes) -> list:
     stack = getattr(interp, "tensor_domains", None)
     if stack is None:
@@ -305,7 +355,10 @@ def run_generic(op, args, interp) -> list:
         acc = _run_body(op, interp, g + acc, full, dtypes)
     else:
         ufunc = accumulation(op)
-        if ufunc is not None:
+        prod = product_form(op) if ufunc is np.add else None
+        if prod is not None:
+            acc = [_run_contraction(in_arrays, maps[:n_in], bounds, red, acc[0], prod)]
+        elif ufunc is not None:
             acc = [_run_accumulation(op, interp, in_arrays, maps[:n_in], bounds, red, par,
                                      acc[0], ufunc)]
         else:

@@ -14,9 +14,11 @@ The interpreter evaluates a structured op over a :class:`Domain`: for each loop 
 ``[lo, lo + length)`` of its values. Arrays "in loop layout" have one axis per loop dimension (of
 the domain's length, or 1 where the array does not depend on that dimension), so values computed
 from different operands broadcast against each other. :func:`gather` reads an operand through a
-map into loop layout and :func:`scatter` writes loop-layout values through a map; both use
-strided views (no copy) when each row names at most one loop dimension and no dimension twice
-(permutations, broadcasts, strides, offsets, flips), and numpy fancy indexing otherwise.
+map into loop layout as a strided view, whatever the map (an affine map of a strided array is a
+strided array: a convolution's ``o * s + k * d`` window reads, diagonals and flips included), so
+no read copies. :func:`scatter` writes loop-layout values through a map: through basic slicing
+when each row names at most one loop dimension and no dimension twice (permutations,
+broadcasts, strides, offsets, flips), numpy fancy indexing otherwise.
 """
 
 from __future__ import annotations
@@ -184,17 +186,31 @@ def _fancy_index(m: Map, dom: Domain):
 
 
 def gather(a: np.ndarray, m: Map, dom: Domain) -> np.ndarray:
-    """``a`` read through ``m`` over ``dom``, in loop layout (a view when the map allows)."""
+    """``a`` read through ``m`` over ``dom``, in loop layout: a read-only strided view, for any
+    affine map (loop dim ``i`` steps ``sum_r c_ri * stride_r`` bytes; a dim the map does not
+    read gets length 1). Raises IndexError when the map leaves ``a`` over ``dom``, so an
+    unverified module cannot read outside the array."""
     n = len(dom.lo)
-    if _fast_rows(m):
-        idx, axis_dims = _basic_index(m, dom)
-        v = a[idx]
-        order = sorted(range(len(axis_dims)), key=lambda j: axis_dims[j])
-        v = v.transpose(order)
-        used = set(axis_dims)
-        return v.reshape([dom.length[i] if i in used else 1 for i in range(n)])
-    v = a[_fancy_index(m, dom)]
-    return v.reshape((1,) * (n - v.ndim) + v.shape) if v.ndim < n else v
+    if a.ndim == 0:
+        return a.reshape((1,) * n)
+    first, strides = [], [0] * n
+    for r, (row, d) in enumerate(zip(m, a.shape)):
+        terms = row_terms(row)
+        f = row[-1] + sum(coeff * dom.lo[i] for i, coeff in terms)
+        lo = hi = f
+        for i, coeff in terms:
+            span = coeff * (dom.length[i] - 1)
+            lo, hi = lo + min(0, span), hi + max(0, span)
+            strides[i] += coeff * a.strides[r]
+        if lo < 0 or hi >= d:
+            raise IndexError(f"indexing map row {list(row)} reaches [{lo}, {hi}] along dim {r} "
+                             f"of size {d}")
+        first.append(f)
+    corner = a[tuple(slice(f, f + 1) for f in first)]  # a view at the first element read
+    shape = tuple(dom.length[i] if strides[i] else 1 for i in range(n))
+    return np.lib.stride_tricks.as_strided(corner, shape=shape,
+                                           strides=tuple(s if s else 0 for s in strides),
+                                           writeable=False)
 
 
 def scatter(out: np.ndarray, m: Map, dom: Domain, value) -> None:

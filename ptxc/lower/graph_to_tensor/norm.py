@@ -10,7 +10,8 @@ Statistics follow the references step by step, in f32 for f16 inputs:
   input (loop dims ``(n, c, spatial..., j)``, channel row ``c + j``), then one generic
   ``x / (bias + alpha / size * sum) ** beta``;
 * softmax (docs/lowering.md): reduce max, an ``exp(x - max)`` generic, reduce sum, a divide
-  generic; log-softmax: the last generic is ``(x - max) - log(sum)``.
+  generic ``exp(x - max) / sum`` (recomputing the exp leaves the exp tensor one use, its sum,
+  into which it fuses); log-softmax: the last generic is ``(x - max) - log(sum)``.
 """
 
 from __future__ import annotations
@@ -133,10 +134,13 @@ def _softmax_parts(b, op):
 
 @lowers("graph.softmax")
 def _softmax(op, b):
+    """The divide recomputes ``exp(x - max)`` (bit-identical) instead of reading the exp
+    tensor, so that tensor has one use and fuses into its sum."""
     out = op.results[0].type
-    _, _, _, e, total = _softmax_parts(b, op)
-    return [elementwise(b, [e, total], out, lambda bb, s: cast(
-        bb, op_(bb, "arith.div", s[0], s[1]), out.element))]
+    xw, _, m, _, total = _softmax_parts(b, op)
+    return [elementwise(b, [xw, m, total], out, lambda bb, s: cast(
+        bb, op_(bb, "arith.div", op_(bb, "math.exp", op_(bb, "arith.sub", s[0], s[1])), s[2]),
+        out.element))]
 
 
 @lowers("graph.log_softmax")

@@ -9,9 +9,10 @@
   count);
 * global pools -> ``tensor.reduce`` over the spatial dims (+ the divide for the average).
 
-The padded input is made exactly as long as the windows read (``(o - 1) * s + (k - 1) * d + 1``
-per axis): ceil-mode windows that run past the end padding read the pad value, which never wins
-a max and adds 0 to a sum (the count excludes those positions). f16 sums are taken in f32 and
+The padded input is made as long as the windows read (``(o - 1) * s + (k - 1) * d + 1`` per
+axis, plus fewer than a stride of unread trailing elements, which need no crop): ceil-mode
+windows that run past the end padding read the pad value, which never wins a max and adds 0 to
+a sum (the count excludes those positions). f16 sums are taken in f32 and
 rounded once, as the reference.
 """
 
@@ -33,7 +34,12 @@ def _padded(b, op, x, value):
     need = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in
             zip(out, a["strides"], a["kernel_shape"], a["dilations"])]
     low = list(a["pads"][:n])
-    high = [need[i] - x.type.shape[2 + i] - low[i] for i in range(n)]
+    high = []
+    for i in range(n):
+        h = need[i] - x.type.shape[2 + i] - low[i]
+        # fewer than a stride of unread elements at the end need no crop (tensor.pool's
+        # output size rounds down); more (ceil mode dropping its last window) are cut
+        high.append(0 if -a["strides"][i] < h < 0 else h)
     return a, out, pad(b, x, [0, 0] + low, [0, 0] + high, value)
 
 
