@@ -9,6 +9,7 @@ ints, so they are attributes as they are::
     identity_map(2)               ((1, 0, 0), (0, 1, 0))          (d0, d1) -> (d0, d1)
     broadcast_map((3,), (2, 3))   ((0, 1, 0),)                    (d0, d1) -> (d1)
     broadcast_map((1, 3), (2, 3)) ((0, 0, 0), (0, 1, 0))          (d0, d1) -> (0, d1)
+    broadcast_map((1, 3), (1, 3)) ((1, 0, 0), (0, 1, 0))          same shape: the identity
 
 The interpreter evaluates a structured op over a :class:`Domain`: for each loop dimension a range
 ``[lo, lo + length)`` of its values. Arrays "in loop layout" have one axis per loop dimension (of
@@ -50,14 +51,15 @@ def projection_map(n: int, dims) -> Map:
 
 def broadcast_map(in_shape, out_shape) -> Map:
     """The map of an operand broadcast (numpy rules, right-aligned) to a loop nest over
-    ``out_shape``: a size-1 dimension reads index 0 (a constant row), others follow their loop."""
+    ``out_shape``: a size-1 dimension broadcast along a longer one reads index 0 (a constant
+    row), others follow their loop (so an operand of the loop nest's shape gets the identity)."""
     n, r = len(out_shape), len(in_shape)
     if r > n:
         raise ValueError(f"cannot broadcast {list(in_shape)} to {list(out_shape)}")
     rows = []
     for j, d in enumerate(in_shape):
         dim = n - r + j
-        if d == 1:
+        if d == 1 and out_shape[dim] != 1:
             rows.append(unit_row(n, None))
         elif d == out_shape[dim]:
             rows.append(unit_row(n, dim))
