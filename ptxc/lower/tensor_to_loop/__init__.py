@@ -1,0 +1,100 @@
+"""tensor -> loop: bufferization and loop nests (docs/lowering.md, "Bufferization" and "The loop
+dialect").
+
+* storage.py: roots (arguments, outputs, scratch buffers, weights) and places (layouts on them);
+* plan.py: the analysis: fusions into loop nests (inlined inits, epilogues), where each tensor
+  is written (demands: outputs, concat slices, pad interiors, scattered splits);
+* nest.py: loop nests of structured ops with accumulators carried in registers;
+* data.py: fills, pad borders, copies;
+* named.py: named ops as generics (f16 sums with an f32 accumulator);
+* function.py: the new loop-level function, op by op.
+
+The pass declares what must be gone after it: no ``tensor.*`` op; an op it cannot lower is a
+CompileError listing every such op with its loc, all at once.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ...dialects.func import functions, module_body
+from ...ir.core import Operation
+from ...ir.types import TensorType
+from ...rewrite.pass_ import Pass, register_pass
+from .function import Lowerer, lower_function  # noqa: F401
+
+
+def _is_tensor_function(f: Operation) -> bool:
+    ft = f.attributes["function_type"]
+    return any(isinstance(t, TensorType) for t in (*ft.inputs, *ft.results)) or any(
+        op.name.startswith("tensor.") for op in f.walk())
+
+
+def lower_tensor_to_loop(module: Operation) -> bool:
+    """Lower every tensor-level function of ``module`` to the loop dialect, in place; returns
+    whether anything changed."""
+    changed = False
+    for f in functions(module):
+        if not _is_tensor_function(f):
+            continue
+        new = lower_function(f)
+        module_body(module).insert_before(f, new)
+        f.detach()
+        changed = True
+    return changed
+
+
+@register_pass
+@attrs.frozen
+class LowerTensorToLoop(Pass):
+    """Bufferize a tensor-level function and lower it to loop nests: arguments become input
+    buffers, results output buffers (``loop.outputs``), DPS results are written where they are
+    consumed (outputs, concat slices, padded buffers) or in place; each structured op is a
+    ``loop.parallel`` with ``loop.for`` reductions carrying their accumulators; slices and
+    reshapes are views; constants are ``loop.global``. No tensor op may remain.
+
+    Before:
+        "builtin.module"() ({
+          "func.func"() ({
+          ^bb0(%x: tensor<2x3xf32>):
+            %0 = "tensor.empty"() : () -> tensor<2x1xf32>
+            %1 = "tensor.fill"(%0) {value = 0.0} : (tensor<2x1xf32>) -> tensor<2x1xf32>
+            %s = "tensor.reduce"(%x, %1) {axes = [1], kind = "sum"} : (tensor<2x3xf32>, tensor<2x1xf32>) -> tensor<2x1xf32> loc("sum1")
+            %2 = "tensor.empty"() : () -> tensor<2x1xf32>
+            %y = "tensor.generic"(%s, %2) ({
+            ^bb0(%3: f32, %4: f32):
+              %5 = "arith.constant"() {type = f32, value = 0.0} : () -> f32
+              %6 = "arith.max"(%3, %5) : (f32, f32) -> f32
+              "tensor.yield"(%6) : (f32) -> ()
+            }) {bounds = [2, 1], indexing_maps = [[[1, 0, 0], [0, 1, 0]], [[1, 0, 0], [0, 1, 0]]], iterator_types = ["parallel", "parallel"], operand_segments = [1, 1]} : (tensor<2x1xf32>, tensor<2x1xf32>) -> tensor<2x1xf32> loc("relu1")
+            "func.return"(%y) : (tensor<2x1xf32>) -> ()
+          }) {arg_names = ["x"], function_type = (tensor<2x3xf32>) -> (tensor<2x1xf32>), result_names = ["y"], sym_name = "main"} : () -> ()
+        }) : () -> ()
+    After:
+        "builtin.module"() ({
+          "func.func"() ({
+          ^bb0(%x: buffer<2x3xf32>, %y: buffer<2x1xf32>):
+            "loop.parallel"() ({
+            ^bb0(%0: index):
+              %1 = "arith.constant"() {type = index, value = 0} : () -> index
+              %2 = "arith.constant"() {type = f32, value = 0.0} : () -> f32
+              %3 = "loop.for"(%2) ({
+              ^bb0(%4: index, %5: f32):
+                %6 = "loop.load"(%x, %0, %4) : (buffer<2x3xf32>, index, index) -> f32
+                %7 = "arith.add"(%5, %6) : (f32, f32) -> f32
+                "loop.yield"(%7) : (f32) -> ()
+              }) {lower = 0, upper = 3} : (f32) -> f32
+              %8 = "arith.constant"() {type = f32, value = 0.0} : () -> f32
+              %9 = "arith.max"(%3, %8) : (f32, f32) -> f32
+              "loop.store"(%9, %y, %0, %1) : (f32, buffer<2x1xf32>, index, index) -> ()
+              "loop.yield"() : () -> ()
+            }) {lower = [0], upper = [2]} : () -> () loc("sum1")
+            "func.return"() : () -> ()
+          }) {arg_names = ["x", "y"], function_type = (buffer<2x3xf32>, buffer<2x1xf32>) -> (), loop.outputs = ["y"], sym_name = "main"} : () -> ()
+        }) : () -> ()
+    """
+
+    name = "lower-tensor-to-loop"
+
+    def run(self, module: Operation) -> bool:
+        return lower_tensor_to_loop(module)

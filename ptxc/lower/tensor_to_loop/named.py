@@ -1,0 +1,61 @@
+"""Named structured ops (``tensor.matmul``, ``conv``, ``pool``, ``reduce``) for the loop lowering.
+
+Each becomes the ``tensor.generic`` with the same semantics (``ptxc.dialects.tensor.generalize``)
+before the analysis, so that one loop-nest builder serves all structured ops: the generic of a
+named op has its reduction dims last and an out map over the parallel dims only, which is
+exactly the nest the brief asks for (reduction loops innermost, the accumulator carried in
+registers, read once, stored once); going through the generic costs no memory traffic.
+
+One thing the generic cannot say: a named op with an f16 result sums in f32 and rounds once
+(its reference, as tensor cores accumulate), while a generic's body accumulates in its out's
+type. For those (sum/product kinds with an f16 out) :func:`generalize_all` also returns a
+*wide body*: the same computation with an f32 accumulator, which the nest uses instead (the
+start value widened, the result rounded once when stored).
+"""
+
+from __future__ import annotations
+
+from ...dialects.func import func_body
+from ...dialects.tensor import NAMED_OPS, generalize
+from ...ir.builder import Builder
+from ...ir.core import Block, Operation
+from ...ir.types import F16, F32
+
+_SUMS = {"sum": "arith.add", "prod": "arith.mul"}
+
+
+def _kind(op: Operation) -> tuple[str, bool] | None:
+    """(combine op, whether the ins are multiplied first) of a summing named op; None for max/min
+    (exact in any precision)."""
+    if op.name in ("tensor.matmul", "tensor.conv"):
+        return "arith.add", True
+    return (_SUMS[op.attr("kind")], False) if op.attr("kind") in _SUMS else None
+
+
+def _wide_body(op: Operation, combine: str, product: bool) -> Block:
+    ins = op.operands[:-1]
+    block = Block([v.type.element for v in ins] + [F32])
+    b = Builder.at_end(block)
+    xs = [a if a.type == F32 else b.create("arith.cast", [a], {"to": F32}).result
+          for a in block.args[:-1]]
+    v = b.create("arith.mul", xs).result if product else xs[0]
+    y = b.create(combine, [block.args[-1], v]).result
+    b.create("tensor.yield", [y], result_types=[])
+    return block
+
+
+def generalize_all(func: Operation) -> dict[int, tuple[Block, object]]:
+    """Replace every named op of ``func`` by its generic (in place); returns ``id(generic) ->
+    (wide body, f32)`` for those that must accumulate in f32 (see the module docstring)."""
+    wide = {}
+    for op in list(func_body(func).ops):
+        if op.name not in NAMED_OPS:
+            continue
+        kind = _kind(op) if op.results[0].type.element == F16 else None
+        g = generalize(op)
+        op.block.insert_before(op, g)
+        op.replace_all_uses_with(g.results)
+        if kind is not None:
+            wide[id(g)] = (_wide_body(op, *kind), F32)
+        op.erase()
+    return wide

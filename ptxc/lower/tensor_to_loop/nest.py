@@ -1,0 +1,328 @@
+"""Loop nests for structured ops: one ``loop.parallel`` over the parallel dims, ``loop.for`` over
+the reduction dims inside it carrying the accumulators, scalar bodies cloned innermost.
+
+A :class:`NestSpec` describes what one nest computes, already bufferized: the iteration space
+of the main op (a ``tensor.generic``; named ops arrive generalized), the main body and where
+each of its arguments comes from (a load through an affine map over the nest's dims, a
+constant, the carried accumulator), the start value of each accumulator (a load of the init,
+the fill constant, or an inlined producer's body), an optional fused epilogue body, and where
+each final value is stored (one or more places, each with its map and, for a scattered result,
+the range of one nest dim it covers). Emission, per covered range::
+
+    loop.parallel (parallel dims of extent > 1; extent-1 dims are the constant 0)
+      acc_k = start value                              (read once)
+      loads whose maps use parallel dims only          (hoisted)
+      loop.for (each reduction dim, carrying acc...)
+        loads of this level
+        ... innermost: main body(ins, acc) -> yield acc'
+      [epilogue body(result, ...)]
+      loop.store final values                          (stored once)
+
+Parallel dim order: the dim that indexes the last dimension of the stored result stays
+innermost (contiguous stores, LLVM can vectorize); of the others, the one of largest extent goes
+outermost (the runtime splits the outermost dim over threads), the rest keep their order.
+Reduction dims keep their order (a convolution's ``(c, kh, kw)``: the innermost walks the
+input's last dim). docs/lowering.md leaves the order open; this is the decision.
+
+Scalars computed in bodies are cloned as they are (arith/math ops are the same at both
+stages); ``tensor.index`` becomes the affine expression of the nest's induction variables,
+``tensor.extract`` a ``loop.load``. Affine index expressions are emitted at the shallowest level
+where their dims are known and cached per level.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ...dialects.graph.scalar_forms import constant_attr
+from ...dialects.loop import for_loop, parallel_loop
+from ...dialects.tensor.maps import row_terms
+from ...errors import CompileError
+from ...ir.builder import Builder
+from ...ir.core import Block, Operation, Value
+from ...ir.spec import make_op
+from ...ir.types import INDEX, ScalarType
+
+
+class Scope:
+    """An insertion point inside a nest, with the values cached at its level (visible in the
+    levels nested in it)."""
+
+    def __init__(self, b: Builder, parent: "Scope | None" = None):
+        self.b = b
+        self.parent = parent
+        self.cache: dict = {}
+
+    def get(self, key):
+        s = self
+        while s is not None:
+            if key in s.cache:
+                return s.cache[key]
+            s = s.parent
+        return None
+
+
+def const(scope: Scope, value, t: ScalarType) -> Value:
+    """An ``arith.constant``, made once per nest at the start of its outermost body."""
+    root = scope
+    while root.parent is not None:
+        root = root.parent
+    key = ("const", t, repr(value))
+    v = root.cache.get(key)
+    if v is None:
+        op = make_op("arith.constant", [], {"value": constant_attr(value, t), "type": t})
+        block = root.b.block
+        block.insert_before(block.first_op, op)
+        v = root.cache[key] = op.results[0]
+    return v
+
+
+def cast(scope: Scope, v: Value, t: ScalarType) -> Value:
+    return v if v.type == t else scope.b.create("arith.cast", [v], {"to": t}).result
+
+
+def affine(scope: Scope, row, dims: dict) -> Value:
+    """The index ``sum c_i * d_i + k`` of ``row`` with the nest dims' values ``dims`` (an
+    ``index`` Value, or an int for a dim fixed to one value)."""
+    key = ("row", tuple(row))
+    v = scope.get(key)
+    if v is not None:
+        return v
+    k = int(row[-1])
+    acc = None
+    b = scope.b
+    for i, c in row_terms(row):
+        d = dims[i]
+        if isinstance(d, int):
+            k += c * d
+            continue
+        t = d if c == 1 else b.create("arith.mul", [d, const(scope, c, INDEX)]).result
+        acc = t if acc is None else b.create("arith.add", [acc, t]).result
+    if acc is None:
+        v = const(scope, k, INDEX)
+    elif k:
+        v = b.create("arith.add", [acc, const(scope, k, INDEX)]).result
+    else:
+        v = acc
+    scope.cache[key] = v
+    return v
+
+
+# ---- what a nest computes ---------------------------------------------------------------------
+
+@attrs.define
+class Load:
+    """A scalar read through ``map`` (rows over the nest dims) from a place."""
+    place: object
+    map: tuple
+
+
+@attrs.define
+class Const:
+    value: object
+    type: ScalarType
+
+
+@attrs.define
+class Acc:
+    """The k-th accumulator (main body) or the k-th result of the main op (epilogue)."""
+    k: int
+
+
+@attrs.define
+class Stage:
+    """A scalar body to evaluate: ``block`` (a generic's body), its op's loop dims as affine
+    rows over the nest dims (for ``tensor.index``), one source per block argument (Load, Const,
+    Acc, or None for an argument the body never reads)."""
+    block: Block
+    rows: tuple
+    args: list
+
+
+@attrs.define
+class Target:
+    """Where a final value goes: ``place``, through ``map``; ``restrict`` = ``(dim, lo, hi)``
+    when this target covers only that range of one nest dim (a scattered slice)."""
+    place: object
+    map: tuple
+    restrict: tuple | None = None
+
+
+@attrs.define
+class NestSpec:
+    op: Operation                 # for the loc
+    bounds: tuple
+    iters: tuple
+    main: Stage
+    acc_types: list               # one per accumulator (the main op's outs)
+    out_types: list               # the main op's result element types
+    inits: list                   # per accumulator: Load | Const | Stage | None (not read)
+    targets: list                 # per final value: list[Target]
+    epilogue: Stage | None = None
+
+
+def parallel_order(bounds, iters, ranges, store_map) -> list[int]:
+    """The loop order of the parallel dims of extent > 1 (see the module docstring)."""
+    dims = [d for d, t in enumerate(iters) if t == "parallel" and ranges[d][1] - ranges[d][0] > 1]
+    if len(dims) < 2:
+        return dims
+    inner = None
+    if store_map:
+        t = row_terms(store_map[-1])
+        if len(t) == 1 and t[0][0] in dims:
+            inner = t[0][0]
+    if inner is None:
+        inner = dims[-1]
+    rest = [d for d in dims if d != inner]
+    ext = {d: ranges[d][1] - ranges[d][0] for d in rest}
+    big = max(rest, key=lambda d: (ext[d], -rest.index(d)))
+    return [big] + [d for d in rest if d != big] + [inner]
+
+
+class NestEmitter:
+    """Emits NestSpecs into the function being built by ``lw`` (a Lowerer: it materializes
+    places as buffers and rematerializes top-level scalars)."""
+
+    def __init__(self, lw):
+        self.lw = lw
+
+    # ---- reads ------------------------------------------------------------------------------
+    def source(self, scope: Scope, src, dims: dict) -> Value:
+        if isinstance(src, Const):
+            return const(scope, src.value, src.type)
+        if isinstance(src, Load):
+            key = ("load", src.place, tuple(src.map))
+            v = scope.get(key)
+            if v is None:
+                buf = self.lw.buffer(src.place)
+                idx = [affine(scope, row, dims) for row in src.map]
+                v = scope.cache[key] = scope.b.create("loop.load", [buf, idx]).result
+            return v
+        raise CompileError(f"internal: cannot read {src!r}")
+
+    def run_stage(self, scope: Scope, stage: Stage, args: list, dims: dict) -> list[Value]:
+        """Clone ``stage.block`` at ``scope`` with its arguments bound to ``args``; returns the
+        yielded values."""
+        mapping = {a: v for a, v in zip(stage.block.args, args) if v is not None}
+        for op in stage.block.ops:
+            if op.name == "tensor.yield":
+                return [mapping[v] for v in op.operands]
+            if op.name == "tensor.index":
+                mapping[op.results[0]] = affine(scope, stage.rows[op.attr("dim")], dims)
+                continue
+            for v in (op.operands[1:] if op.name == "tensor.extract" else op.operands):
+                if v not in mapping:
+                    if any(v is a for a in stage.block.args):
+                        raise CompileError(f"internal: a body reads an argument it was not given")
+                    mapping[v] = self.lw.scalar(v, scope)
+            if op.name == "tensor.extract":
+                t, *idx = op.operands
+                mapping[op.results[0]] = self.lw.extract(scope, t, [mapping[i] for i in idx])
+                continue
+            scope.b.insert(op.clone(mapping))
+        raise CompileError("internal: a body without tensor.yield")
+
+    # ---- nests ---------------------------------------------------------------------------------
+    def emit(self, spec: NestSpec) -> None:
+        restricted = [t for ts in spec.targets for t in ts if t.restrict is not None]
+        if restricted:
+            if len(spec.targets) != 1:
+                raise CompileError(f"{spec.op.where}: internal: a scattered nest with "
+                                   f"{len(spec.targets)} results")
+            for t in spec.targets[0]:
+                self.emit_range(spec, t.restrict, [[t]])
+        else:
+            self.emit_range(spec, None, spec.targets)
+
+    def emit_range(self, spec: NestSpec, restrict, targets) -> None:
+        n = len(spec.bounds)
+        ranges = [[0, b] for b in spec.bounds]
+        if restrict is not None:
+            d, lo, hi = restrict
+            ranges[d] = [lo, hi]
+        par = [d for d in range(n) if spec.iters[d] == "parallel"]
+        if any(ranges[d][1] <= ranges[d][0] for d in par):
+            return  # no points
+        dims: dict = {}
+        for d in range(n):
+            if ranges[d][1] - ranges[d][0] == 1:
+                dims[d] = ranges[d][0]
+        order = parallel_order(spec.bounds, spec.iters, ranges, targets[0][0].map)
+        red = [d for d in range(n) if spec.iters[d] == "reduction" and d not in dims]
+        lw = self.lw
+        loop, pb, ivs = parallel_loop(Builder.at_end(lw.body), [ranges[d][0] for d in order],
+                                      [ranges[d][1] for d in order], loc=spec.op.loc)
+        lw.anchor = loop
+        try:
+            for d, iv in zip(order, ivs):
+                dims[d] = iv
+            self._body(spec, Scope(pb), dims, red, ranges, targets)
+        finally:
+            lw.anchor = None
+
+    def _level(self, m, red) -> int:
+        lv = 0
+        for row in m:
+            for i, _ in row_terms(row):
+                if i in red:
+                    lv = max(lv, red.index(i) + 1)
+        return lv
+
+    def _body(self, spec, scope0, dims, red, ranges, targets) -> None:
+        main = spec.main
+        n_in = len(main.args) - len(spec.acc_types)
+        # accumulator start values (read once)
+        accs = []
+        for k, (init, t) in enumerate(zip(spec.inits, spec.acc_types)):
+            used = bool(red) or bool(main.block.args[n_in + k].uses)
+            if not used or init is None:
+                accs.append(None)
+                continue
+            if isinstance(init, Stage):
+                (v,) = self.run_stage(scope0, init, [self.source(scope0, a, dims)
+                                                     if a is not None else None
+                                                     for a in init.args], dims)
+            else:
+                v = self.source(scope0, init, dims)
+            accs.append(cast(scope0, v, t))
+        if red and any(a is None for a in accs):
+            raise CompileError(f"{spec.op.where}: internal: a reduction without a start value")
+        levels: dict[int, list[int]] = {}
+        for i, a in enumerate(main.args[:n_in]):
+            if isinstance(a, Load):
+                levels.setdefault(self._level(a.map, red), []).append(i)
+        values: list = [None] * n_in
+
+        def level(k: int, scope: Scope, carried: list) -> list:
+            for i in levels.get(k, ()):
+                values[i] = self.source(scope, main.args[i], dims)
+            if k == len(red):
+                args = []
+                for i, a in enumerate(main.args):
+                    if i >= n_in:
+                        args.append(carried[i - n_in])
+                    elif isinstance(a, Const):
+                        args.append(const(scope, a.value, a.type))
+                    else:
+                        args.append(values[i])
+                ys = self.run_stage(scope, main, args, dims)
+                return [cast(scope, y, t) for y, t in zip(ys, spec.acc_types)]
+            d = red[k]
+            loop, fb, iv, inner = for_loop(scope.b, ranges[d][0], ranges[d][1], inits=carried)
+            dims[d] = iv
+            ys = level(k + 1, Scope(fb, scope), inner)
+            fb.create("loop.yield", ys)
+            return list(loop.results)
+
+        results = level(0, scope0, accs)
+        results = [cast(scope0, v, t) for v, t in zip(results, spec.out_types)]
+        if spec.epilogue is not None:
+            e = spec.epilogue
+            args = [results[a.k] if isinstance(a, Acc) else
+                    (self.source(scope0, a, dims) if a is not None else None) for a in e.args]
+            results = self.run_stage(scope0, e, args, dims)
+        for v, ts in zip(results, targets):
+            for t in ts:
+                buf = self.lw.buffer(t.place)
+                idx = [affine(scope0, row, dims) for row in t.map]
+                scope0.b.create("loop.store", [v, buf, idx])
