@@ -97,12 +97,17 @@ def check_inputs(names: list[str], types: list, inputs: dict, where: str = "mode
 
 
 def interpret(module: Operation, inputs: dict, func: str = "main") -> dict:
-    """Run ``func`` of ``module`` on ``inputs`` (name -> array) with the reference semantics."""
+    """Run ``func`` of ``module`` on ``inputs`` (name -> array) with the reference semantics.
+    A loop-level function (one with ``loop.outputs``) runs through ``ptxc.dialects.loop.run_main``:
+    ``inputs`` name its input arguments, the outputs come back by their argument names."""
     from ..dialects.func import arg_names, func_body, get_func, result_names
     try:
         f = get_func(module, func)
     except KeyError:
         raise BindingError(f"module has no function {func!r}") from None
+    if "loop.outputs" in f.attributes:  # loop level: outputs are arguments the function writes
+        from ..dialects.loop import run_main
+        return run_main(module, inputs, func)
     body = func_body(f)
     names = arg_names(f)
     args = check_inputs(names, [a.type for a in body.args], inputs)

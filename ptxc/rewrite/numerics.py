@@ -22,13 +22,14 @@ from ..ir.interpreter import interpret
 
 
 def signature(module: Operation, func: str = "main") -> list[tuple[str, object]]:
-    """(binding name, type) of each argument of ``func``."""
+    """(binding name, type) of each input argument of ``func``."""
     try:
         f = get_func(module, func)
     except KeyError:
         raise CompileError(f"check-numerics: the module has no function {func!r} to run") \
             from None
-    return list(zip(arg_names(f), [a.type for a in func_body(f).args]))
+    outputs = set(f.attributes.get("loop.outputs", ()))  # loop level: outputs are arguments
+    return [(n, a.type) for n, a in zip(arg_names(f), func_body(f).args) if n not in outputs]
 
 
 def random_inputs(module: Operation, seed: int = 0, func: str = "main") -> dict[str, np.ndarray]:
