@@ -6,4 +6,4 @@ builtin passes): ``lower-graph-to-tensor`` (graph_to_tensor/), ``generalize-name
 ``fuse-tensor-elementwise`` (tensor_passes.py).
 """
 
-from . import graph_to_tensor, tensor_passes  # noqa: F401
+from . import graph_to_tensor, tensor_passes, tensor_to_loop  # noqa: F401
