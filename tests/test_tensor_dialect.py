@@ -422,3 +422,15 @@ def test_types_of_index_tensors_round_trip():
     tbl = DenseElements(np.array([2, 0, 1], np.int64), TensorType((3,), INDEX))
     y = run({"x": f32(3)}, lambda b, a: b.create("tensor.constant", [], {"value": tbl}).result)
     np.testing.assert_array_equal(y, [2, 0, 1])
+
+
+@pytest.mark.parametrize("kind,fn", [("max", np.any), ("min", np.all)])
+def test_reduce_booleans_generalize_to_or_and(kind, fn):
+    x = RNG.integers(0, 2, (3, 4)).astype(bool)
+    y0 = np.array([[kind == "min"]] * 3)
+    want = fn(x, axis=1, keepdims=True)
+    _check_named_and_generic("tensor.reduce", {"x": x, "y": y0}, {"kind": kind, "axes": [1]},
+                             want)
+    m = module_of({"x": x, "y": y0}, _named("tensor.reduce", None, {"kind": kind, "axes": [1]}))
+    g = generalize(next(op for op in m.walk() if op.name == "tensor.reduce"))
+    assert {"max": "arith.or", "min": "arith.and"}[kind] in [o.name for o in g.walk()]

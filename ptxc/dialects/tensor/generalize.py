@@ -38,7 +38,10 @@ def _combine_body(kind: str, product: bool = False):
             v = b.create("arith.mul", ins).result
         else:
             (v,) = ins
-        return [b.create(_COMBINE[kind], [out, v]).result]
+        name = _COMBINE[kind]
+        if out.type.name == "i1":  # max and min of booleans are or and and
+            name = {"arith.max": "arith.or", "arith.min": "arith.and"}.get(name, name)
+        return [b.create(name, [out, v]).result]
     return body
 
 

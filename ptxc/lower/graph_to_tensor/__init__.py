@@ -25,6 +25,8 @@ from ...rewrite.passes.dce import erase_dead_ops
 from . import elementwise, fused, linalg, nn, norm, pool, reduce, resize, shape  # noqa: F401
 from .common import LOWERINGS, Unsupported
 
+elementwise.register_form_lowerings(LOWERINGS)
+
 
 def _graph_ops(root: Operation) -> list[Operation]:
     return [op for op in root.walk() if op.name.startswith("graph.")]

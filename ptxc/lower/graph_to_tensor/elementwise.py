@@ -20,7 +20,8 @@ from ...ir.types import F64
 from .common import Unsupported, acc_type, c, cast, channel_map, elementwise, lowers, op_
 
 
-def _lower_form(op, b):
+def lower_form(op, b):
+    """The generic whose body is ``op``'s scalar form."""
     form = scalar_form(op)
     if form is None:
         raise Unsupported("has no scalar form for these operand types")
@@ -28,17 +29,17 @@ def _lower_form(op, b):
     return [elementwise(b, op.operands, out, lambda bb, s: form(op, bb, s))]
 
 
-def _form_ops():
-    return [n for n in scalar_form_ops() if n not in ("graph.pow",)]
-
-
-lowers(*_form_ops())(_lower_form)
+def register_form_lowerings(table: dict) -> None:
+    """Lower every op with a scalar form that has no lowering of its own by its form (called
+    once every family has registered, so a form added later never clashes with one)."""
+    for name in scalar_form_ops():
+        table.setdefault(name, lower_form)
 
 
 @lowers("graph.pow")
 def _pow(op, b):
     if scalar_form(op) is not None:
-        return _lower_form(op, b)
+        return lower_form(op, b)
     out = op.results[0].type
     e_el = op.operands[1].type.element
 
