@@ -51,13 +51,20 @@ class Engine:
         outputs = {n: tensor(n) for n in program.table.outputs}
         return cls("cpu", cpu, inputs, outputs, timings, program.text, program.table)
 
+    def save(self, path) -> None:
+        """Write this engine to a plan file; ``ptxc.load(path)`` reads it back without
+        recompiling the model (see :mod:`ptxc.driver.plan`)."""
+        from .plan import save_plan
+        save_plan(self, path)
+
     def run(self, inputs: dict) -> dict:
         """Run one inference: inputs by name, outputs by name (fresh arrays)."""
         if not isinstance(inputs, dict):
             raise BindingError(f"Engine.run takes a dict name -> array, got "
                                f"{type(inputs).__name__}")
         arrays = check_inputs(list(self.inputs), list(self.inputs.values()), inputs, "engine")
-        feeds = {n: np.ascontiguousarray(x) for n, x in zip(self.inputs, arrays)}
+        # (np.ascontiguousarray would turn rank-0 inputs into rank 1)
+        feeds = {n: x if x.flags.c_contiguous else x.copy() for n, x in zip(self.inputs, arrays)}
         out = self.program(feeds)
         return {n: out[n] for n in self.outputs}
 
