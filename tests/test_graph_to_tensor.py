@@ -14,7 +14,9 @@ from ptxc.errors import CompileError
 from ptxc.ir import interpret, parse_ir, print_ir, verify
 from ptxc.ir.spec import registered_ops
 from ptxc.lower.graph_to_tensor import common as lower_common
+from ptxc.dialects.tensor import generic as generic_mod
 from ptxc.lower.graph_to_tensor import lower_graph_to_tensor
+from ptxc.lower.tensor_passes import reads_each_once
 from ptxc.rewrite import PassManager
 
 import light_models
@@ -568,6 +570,22 @@ def test_fusion_rewrites_tensor_index_of_the_producer():
     (gen,) = _generics(m)
     names = [o.name for o in gen.regions[0].blocks[0].ops]
     assert "tensor.extract" in names and "arith.mul" in names
+
+
+def test_no_fusion_into_a_contraction_that_would_recompute_its_input():
+    net = ptxc.Network("preact")
+    x = net.add_input("x", (1, 3, 6, 6))
+    r = net.add_activation(x, "relu")
+    net.mark_output(net.add_conv(r, rand(4, 3, 3, 3), padding=0), "y")
+    full = "lower-graph-to-tensor,generalize-named-ops,fuse-tensor-elementwise"
+    m = _lower_fused(net, {"x": rand(1, 3, 6, 6)}, pipeline=full)
+    conv = [g for g in _generics(m) if "reduction" in g.attr("iterator_types")]
+    assert len(conv) == 1 and generic_mod.product_form(conv[0]) is not None
+    assert reads_each_once(((1, 0, 0), (0, 2, 0)), (3, 4)) is True    # strided, one dim a row
+    assert reads_each_once(((1, 1, 0),), (3, 4)) is False              # d0 + d1 collide
+    assert reads_each_once(((2, 1, 0),), (3, 2)) is True               # 2 o + k, k < 2
+    assert reads_each_once(((2, 1, 0),), (3, 3)) is False              # overlapping windows
+    assert reads_each_once(((1, 0, 0),), (3, 4)) is False              # broadcast along d1
 
 
 def test_no_fusion_of_a_producer_with_two_users():

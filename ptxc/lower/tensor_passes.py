@@ -7,8 +7,11 @@ of its result's dims), and then C's map of that operand says, for every point of
 space, which point of P's it reads: P's loop dim ``j`` becomes an affine expression of C's loop
 dims, P's input maps are composed with it, P's ``tensor.index`` ops become that expression, and
 P's body is inlined in front of C's. C's map may be anything affine (identity, broadcast,
-transposed, strided), and C may have reduction dims (softmax's ``exp`` into its sum once the
-named reduce is generalized). The fused op keeps C's loc and result names; identical
+transposed, strided): a broadcast recomputes P's element for every point that reads it, as
+MLIR's elementwise fusion does. Into a C with reduction dims, P is fused only when C reads each
+of P's elements once (softmax's ``exp`` into its sum once the named reduce is generalized),
+never into a generalized convolution or matmul, which would recompute P for every output
+channel and kernel tap and would no longer be a plain contraction. The fused op keeps C's loc and result names; identical
 (operand, map) pairs of the fused op share one block argument. So a conv's epilogue generic and
 the elementwise chain after it end as one generic.
 """
@@ -88,7 +91,28 @@ def fusable(p: Operation, c: Operation, k: int) -> bool:
     if permutation_of(p.attr("indexing_maps")[len(p_ins)], len(p.attr("bounds"))) is None:
         return False
     c_ins, _ = generic_parts(c)
-    return k < len(c_ins)
+    if k >= len(c_ins):
+        return False
+    if "reduction" in c.attr("iterator_types"):
+        return reads_each_once(c.attr("indexing_maps")[k], c.attr("bounds"))
+    return True
+
+
+def reads_each_once(m, bounds) -> bool:
+    """Whether ``m`` reads each element at most once over the iteration space: every loop dim of
+    extent > 1 appears in one row only, and within a row the dims form a mixed-radix number
+    (sorted by coefficient, each coefficient exceeds the span of the smaller terms), as
+    ``2 * o + k`` with ``k < 2`` does (non-overlapping windows) and ``o + k`` does not."""
+    seen: list[int] = []
+    for row in m:
+        terms = sorted((abs(coeff), i) for i, coeff in row_terms(row) if bounds[i] > 1)
+        span = 0
+        for coeff, i in terms:
+            if coeff <= span:
+                return False
+            span += coeff * (bounds[i] - 1)
+            seen.append(i)
+    return len(seen) == len(set(seen)) and set(seen) == {i for i, b in enumerate(bounds) if b > 1}
 
 
 def _index_expr(b: Builder, row, cache: dict):
