@@ -6,6 +6,7 @@ The public API (see docs and ../shared/DESIGN.md):
     text = ptxc.explore("model.onnx", stage="graph")   # the IR after a stage, as text
     module = ptxc.parse_ir(text); text = ptxc.print_ir(module)
     outputs = ptxc.interpret(module, {"input": x})     # reference semantics, at any stage
+    engine = ptxc.compile("model.onnx", target="cpu") # an Engine; engine.run({"input": x})
     net = ptxc.Network(); ...                          # build a graph in Python
     ptxc.SUPPORTED_OPS                                 # ONNX op types the importer accepts
 """
@@ -17,16 +18,18 @@ from .frontend.onnx_import import import_onnx, supported_ops
 from .ir.interpreter import interpret
 from .ir.parser import parse_ir
 from .ir.printer import print_ir
+from .compiler import compile  # noqa: A001  (ptxc.compile, as the design names it)
 from .explore import explore, STAGES  # noqa: F401
 from .frontend.network import Network, Tensor  # noqa: F401
+from .driver.plan import load_plan as load
 
 __version__ = "0.1.0"
 
 SUPPORTED_OPS: tuple[str, ...] = supported_ops()
 
 __all__ = [
-    "import_onnx", "Network", "Tensor", "interpret", "parse_ir", "print_ir", "explore", "STAGES", "SUPPORTED_OPS",
+    "compile", "import_onnx", "Network", "Tensor", "interpret", "parse_ir", "print_ir", "explore", "STAGES", "SUPPORTED_OPS",
     "PtxcError", "ModelError", "UnsupportedOpError", "ShapeInputError", "ParseError",
     "BindingError", "CompileError", "VerifyError", "NumericsError", "PlanError", "DeviceError",
-    "OutOfMemoryError",
+    "OutOfMemoryError", "load",
 ]

@@ -5,6 +5,7 @@
     outputs = engine.run({"data": x})    # dict[str, np.ndarray] -> dict[str, np.ndarray]
     engine.memory_report()               # arena peak beside the live-bytes lower bound
     engine.timings                       # seconds per compile stage
+    engine.save("model.plan")            # a plan file; ptxc.load("model.plan") reads it back
 
 A wrong input name, shape or dtype is a BindingError naming the binding and what it expects.
 """

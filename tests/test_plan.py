@@ -1,0 +1,379 @@
+"""Plan files: hand-written loop programs compiled into Engines, saved and loaded back.
+
+Round trips give the same bits without the compiler pipeline (its entry points raise while
+loading); the bytes follow the documented layout (read here by an independent parser); every
+damage, foreign file and mismatch is refused with a PlanError whose ``cause`` names it; Python
+payloads in the header or in a weight stay data."""
+
+import hashlib
+import json
+import pickle
+import struct
+
+import numpy as np
+import pytest
+
+import ptxc
+from ptxc.dialects.loop import parallel_loop
+from ptxc.driver import plan as planmod
+from ptxc.driver.engine import Engine
+from ptxc.driver.plan import decode_plan, encode_plan, engine_from_plan, plan_to_bytes
+from ptxc.errors import PlanError
+from ptxc.ir import DenseElements
+from ptxc.ir.types import UI8
+from ptxc.lower.loop_to_llvm import KernelTable
+from test_loop_dialect import PROGRAMS, buf, load, module, op, store
+
+ROUND_TRIP = ["weights", "softmax", "int_and_bool", "views", "elementwise_f16", "prefix_sum"]
+
+
+@pytest.fixture(scope="module")
+def weights_engine():
+    m, inputs, _ = PROGRAMS["weights"]()
+    return Engine.for_cpu(m), inputs
+
+
+@pytest.fixture(scope="module")
+def good(weights_engine):
+    return plan_to_bytes(weights_engine[0])
+
+
+# ---- an independent reader/writer of the documented layout ---------------------------------
+
+def split(data: bytes):
+    """(header dict, blob section bytes) of a well-formed plan."""
+    magic, version, hlen = struct.unpack("<8sIQ", data[:20])
+    assert magic == b"PTXCPLAN" and version == 1
+    start = -(-(20 + hlen) // 64) * 64
+    assert data[20 + hlen:start] == b"\0" * (start - 20 - hlen)
+    return json.loads(data[20:20 + hlen]), data[start:-32]
+
+
+def repack(header: dict, section: bytes, version: int = 1, raw_header: bytes | None = None):
+    """A plan with this header and blob section and a correct checksum."""
+    head = raw_header if raw_header is not None else json.dumps(header).encode()
+    start = -(-(20 + len(head)) // 64) * 64
+    body = struct.pack("<8sIQ", b"PTXCPLAN", version, len(head)) + head
+    body += b"\0" * (start - len(body)) + section
+    return body + hashlib.sha256(body).digest()
+
+
+def edited(data: bytes, edit) -> bytes:
+    header, section = split(data)
+    edit(header)
+    return repack(header, section)
+
+
+def refused(data, cause: str, *words):
+    with pytest.raises(PlanError) as e:
+        engine_from_plan(data)
+    assert e.value.cause == cause, str(e.value)
+    for w in words:
+        assert w in str(e.value), (w, str(e.value))
+    return e.value
+
+
+# ---- round trips ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ROUND_TRIP)
+def test_round_trip_same_bits_without_the_compiler(name, tmp_path, monkeypatch):
+    m, inputs, _ = PROGRAMS[name]()
+    engine = Engine.for_cpu(m)
+    want = engine.run(inputs)
+    path = tmp_path / "model.plan"
+    engine.save(path)
+
+    def forbidden(*a, **k):
+        raise AssertionError("loading a plan ran the compiler")
+    import ptxc.compiler
+    import ptxc.driver.cpu
+    import ptxc.lower.loop_to_llvm
+    import ptxc.rewrite.pass_manager
+    monkeypatch.setattr(ptxc.compiler, "run_stages", forbidden)
+    monkeypatch.setattr(ptxc.compiler, "compile", forbidden)
+    monkeypatch.setattr(ptxc.lower.loop_to_llvm, "lower_loop_to_llvm", forbidden)
+    monkeypatch.setattr(ptxc.driver.cpu, "lower_loop_to_llvm", forbidden)
+    monkeypatch.setattr(ptxc.rewrite.pass_manager.PassManager, "run", forbidden)
+    monkeypatch.setattr(Engine, "for_cpu", forbidden)
+    loaded = ptxc.load(path)
+    assert loaded.inputs == engine.inputs and loaded.outputs == engine.outputs
+    assert loaded.kernels == engine.kernels and loaded.llvm_text == engine.llvm_text
+    assert set(loaded.timings) == {"load", "jit"}
+    got = loaded.run(inputs)
+    assert set(got) == set(want)
+    for k in want:
+        assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape
+        assert got[k].tobytes() == want[k].tobytes(), k
+    # deterministic: the loaded engine saves to the same bytes
+    assert plan_to_bytes(loaded) == path.read_bytes()
+
+
+def test_layout_matches_the_documented_format(weights_engine, good):
+    engine, _ = weights_engine
+    header, section = split(good)
+    assert hashlib.sha256(good[:-32]).digest() == good[-32:]
+    assert header["format"] == "ptxc-plan" and header["format_version"] == 1
+    assert header["ptxc_version"] == ptxc.__version__ and header["target"] == "cpu"
+    assert header["arch"] is None and header["host"]["triple"] and header["host"]["cpu_name"]
+    assert header["options"]["precision"] == "fp32" and "memory_plan" not in header
+    assert header["bindings"] == {"inputs": [{"name": "x", "shape": [3, 8], "dtype": "float32"}],
+                                  "outputs": [{"name": "y", "shape": [3, 8],
+                                               "dtype": "float32"}]}
+    assert KernelTable.from_json(header["kernel_table"]) == engine.kernels
+    blobs = {b["name"]: b for b in header["blobs"]}
+    assert {(b["name"], b["kind"]) for b in header["blobs"]} == {("module", "llvm"),
+                                                                 ("w", "weight")}
+    start = len(good) - 32 - len(section)
+    assert start % 64 == 0 and len(section) == header["data_bytes"]
+    for b in blobs.values():
+        assert (start + b["offset"]) % 64 == 0
+    w, text = blobs["w"], blobs["module"]
+    w_want = engine.program.program.globals["w"].astype("<f4").tobytes()
+    assert section[w["offset"]:w["offset"] + w["nbytes"]] == w_want
+    assert section[text["offset"]:text["offset"] + text["nbytes"]].decode() == engine.llvm_text
+
+
+def test_memory_plan_round_trip(tmp_path):
+    mp = pytest.importorskip("ptxc.driver.memory_plan")
+    m, inputs, _ = PROGRAMS["softmax"]()
+    engine = Engine.for_cpu(m)
+    engine.program.allocator = mp.ArenaAllocator()
+    data = plan_to_bytes(engine)  # before any run: planned while saving
+    header, _ = split(data)
+    plan = mp.MemoryPlan.from_json(header["memory_plan"])
+    assert header["options"]["allocator"] == "arena" and len(plan.buffers) == 2
+    want = engine.run(inputs)
+    assert engine.program.allocator.plan.offsets == plan.offsets
+    engine.save(tmp_path / "a.plan")
+    loaded = ptxc.load(tmp_path / "a.plan")
+    alloc = loaded.program.allocator
+    assert isinstance(alloc, mp.ArenaAllocator) and alloc.plan.offsets == plan.offsets
+    assert loaded.run(inputs)["y"].tobytes() == want["y"].tobytes()
+    # a plan for other scratch buffers is refused
+    bad = edited(data, lambda h: h["memory_plan"]["buffers"][0].update(size=8, first=0))
+    refused(bad, "header", "memory plan")
+
+
+def test_engine_save_and_ptxc_load_api(weights_engine, tmp_path):
+    engine, inputs = weights_engine
+    assert "load" in ptxc.__all__ and ptxc.load is planmod.load_plan
+    engine.save(str(tmp_path / "m.plan"))
+    loaded = ptxc.load(str(tmp_path / "m.plan"), threads=1)
+    assert loaded.program.threads == 1
+    assert loaded.run(inputs)["y"].tobytes() == engine.run(inputs)["y"].tobytes()
+    with pytest.raises(PlanError, match="cannot read"):
+        ptxc.load(tmp_path / "missing.plan")
+    other = Engine("cuda", engine.program, engine.inputs, engine.outputs, {})
+    with pytest.raises(PlanError, match="target 'cuda'"):
+        plan_to_bytes(other)
+
+
+# ---- refusals --------------------------------------------------------------------------------
+
+def test_not_a_plan(good):
+    refused(b"", "truncated")
+    refused(b"PTXC", "truncated")
+    refused(b"NOTAPLAN" + good[8:], "magic", "not a ptxc plan")
+    refused(b"\x08\x07\x12\x04onnx model bytes", "magic")
+    refused(pickle.dumps({"a": 1}), "magic")
+
+
+def test_every_truncation_is_named(good):
+    for n in range(len(good)):
+        refused(good[:n], "truncated")
+
+
+def test_every_flipped_byte_is_refused(good):
+    data = bytearray(good)
+    hlen = struct.unpack("<Q", good[12:20])[0]
+    for i in range(len(good)):
+        data[i] ^= 0xFF
+        with pytest.raises(PlanError) as e:
+            decode_plan(bytes(data))
+        data[i] ^= 0xFF
+        cause = e.value.cause
+        if i < 8:
+            assert cause == "magic", i
+        elif i < 12:
+            assert cause == "format", i
+        elif i < 20:
+            assert cause in ("truncated", "checksum"), (i, cause)
+        else:
+            assert cause == "checksum", (i, cause, i - 20 < hlen)
+    # a flipped low bit too (a digit of the header becoming another digit)
+    for i in range(20, len(good)):
+        data[i] ^= 0x01
+        with pytest.raises(PlanError):
+            decode_plan(bytes(data))
+        data[i] ^= 0x01
+
+
+def test_another_format(good):
+    header, section = split(good)
+    e = refused(repack(header, section, version=2), "format", "version 2", "reads version 1")
+    assert "plan" in str(e)
+    refused(edited(good, lambda h: h.update(format="onnx")), "format", "'onnx'")
+
+
+def test_header_not_json_or_lacking_fields(good):
+    header, section = split(good)
+    refused(repack(header, section, raw_header=b"{not json"), "header", "JSON")
+    refused(repack(header, section, raw_header=b"\xff\xfe{}"), "header", "JSON")
+    refused(repack(header, section, raw_header=b"[1, 2]"), "header", "list")
+    refused(repack(header, section, raw_header=b"[" * 100000), "header")
+    refused(edited(good, lambda h: h.update(format_version=7)), "header", "format version 7")
+    for key, cause in [("blobs", "header"), ("data_bytes", "header"), ("kernel_table", "header"),
+                       ("bindings", "header"), ("host", "header"), ("options", "header"),
+                       ("ptxc_version", "version"), ("llvm_version", "version"),
+                       ("target", "target")]:
+        refused(edited(good, lambda h: h.pop(key)), cause)
+    refused(edited(good, lambda h: h["kernel_table"]["kernels"][0].update(buffers=[0, 9])),
+            "header", "kernel")
+    refused(edited(good, lambda h: h["kernel_table"]["slots"][0].update(span=1)), "header",
+            "span")
+    refused(edited(good, lambda h: h["kernel_table"]["slots"][0].update(extra=1)), "header")
+    refused(edited(good, lambda h: h["bindings"]["inputs"][0].update(shape=[8, 3])), "header",
+            "bindings")
+    refused(edited(good, lambda h: h["options"].update(min_parallel_work="many")), "header")
+
+
+def _blob(h, name):
+    return next(b for b in h["blobs"] if b["name"] == name)
+
+
+def test_blob_out_of_bounds_or_ill_formed(good):
+    refused(edited(good, lambda h: _blob(h, "w").update(offset=h["data_bytes"])), "blob",
+            "outside")
+    refused(edited(good, lambda h: _blob(h, "w").update(offset=-64)), "blob")
+    refused(edited(good, lambda h: _blob(h, "w").update(offset=65)), "blob", "aligned")
+    refused(edited(good, lambda h: _blob(h, "w").update(nbytes=10 ** 12)), "blob")
+    refused(edited(good, lambda h: _blob(h, "w").update(shape=[3, 8, 1000])), "blob")
+    refused(edited(good, lambda h: _blob(h, "w").update(offset=0)), "blob", "overlap")
+    refused(edited(good, lambda h: _blob(h, "w").update(dtype="object", shape=[12])), "blob",
+            "'object'")
+    refused(edited(good, lambda h: _blob(h, "w").update(kind="pickle")), "blob")
+    refused(edited(good, lambda h: _blob(h, "w").update(name="module", kind="llvm")), "blob",
+            "repeated")
+    # in bounds, but smaller than the buffer the kernels index
+    refused(edited(good, lambda h: _blob(h, "w").update(shape=[2, 8], nbytes=64)), "blob",
+            "needs 24 of float32")
+    refused(edited(good, lambda h: _blob(h, "w").update(name="v")), "blob", "'w'")
+    refused(edited(good, lambda h: _blob(h, "module").update(name="text")), "blob", "module")
+    refused(edited(good, lambda h: h.update(data_bytes=h["data_bytes"] - 64)), "blob",
+            "outside")
+    refused(edited(good, lambda h: h.update(data_bytes=h["data_bytes"] + 64)), "truncated")
+    end = max(b["offset"] + b["nbytes"] for b in split(good)[0]["blobs"])
+    refused(edited(good, lambda h: h.update(data_bytes=end)), "header", "describes")
+
+
+def test_another_version(good):
+    refused(edited(good, lambda h: h.update(ptxc_version="0.0.1")), "version", "0.0.1",
+            ptxc.__version__)
+    refused(edited(good, lambda h: h.update(llvm_version="15.0.7")), "version", "15.0.7")
+
+
+def test_another_target_or_arch(good, monkeypatch):
+    refused(edited(good, lambda h: h["host"].update(triple="aarch64-unknown-linux-gnu")),
+            "target", "aarch64")
+    refused(edited(good, lambda h: h.update(target="tpu")), "target", "'tpu'")
+
+    def cuda(arch):
+        return edited(good, lambda h: h.update(target="cuda", arch=arch))
+    monkeypatch.setattr(planmod, "device_arch", lambda: "sm_90")
+    refused(cuda("sm_80"), "target", "sm_80", "sm_90")
+    refused(cuda("sm_90"), "target", "no CUDA runtime")  # every check passed
+    refused(cuda(None), "header", "arch")
+    monkeypatch.setattr(planmod, "device_arch", lambda: None)
+    refused(cuda("sm_90"), "target", "no GPU")
+
+
+def test_device_arch_without_a_gpu():
+    arch = planmod.device_arch()
+    assert arch is None or (arch.startswith("sm_") and arch[3:].isdigit())
+
+
+def _with_text(good: bytes, edit) -> bytes:
+    header, blobs = decode_plan(good)
+    text = edit(blobs[("llvm", "module")].tobytes().decode())
+    arrays = [("module", "llvm", np.frombuffer(text.encode(), np.uint8))]
+    arrays += [(n, k, a) for (k, n), a in blobs.items() if k != "llvm"]
+    return encode_plan({k: v for k, v in header.items() if k not in ("blobs", "data_bytes")},
+                       arrays)
+
+
+def test_code_outside_what_loop_to_llvm_emits(good):
+    assert engine_from_plan(_with_text(good, lambda t: t)).run  # the helper alone is fine
+    call_system = ('declare i32 @"system"(ptr)\n', 'entry:\n  %"sys" = call i32 @"system"(ptr '
+                   '%"b0")\n')
+
+    def add_call(t, decl, call):
+        return t.replace("entry:\n", call, 1) + decl
+    refused(_with_text(good, lambda t: add_call(t, *call_system)), "code", "'system'")
+    asm = 'entry:\n  call void asm sideeffect "nop", ""()\n'
+    refused(_with_text(good, lambda t: add_call(t, "", asm)), "code", "inline assembly")
+    ptr_call = 'entry:\n  call void %"b0"()\n'
+    refused(_with_text(good, lambda t: add_call(t, "", ptr_call)), "code", "pointer")
+    refused(_with_text(good, lambda t: t + "\ndefine void @extra() {\n  ret void\n}\n"),
+            "code", "'extra'")
+    refused(_with_text(good, lambda t: t + '\n@g = global i32 0\n'), "code", "global")
+    refused(_with_text(good, lambda t: t.replace("kernel_0", "kernel_9")), "code")
+    refused(_with_text(good, lambda t: t[:len(t) // 2]), "code", "does not parse")
+    # the table calls kernel_0 with two buffers; its code takes three
+    refused(edited(good, lambda h: h["kernel_table"]["kernels"][0].update(buffers=[0, 1])),
+            "code", "takes 5 arguments")
+
+
+# ---- the file is data ----------------------------------------------------------------------------
+
+class _OpensAFile:
+    """Unpickling this creates the file at ``path``."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_python_payloads_stay_data(tmp_path, monkeypatch):
+    marker = tmp_path / "unpickled"
+    payload = pickle.dumps(_OpensAFile(marker))
+    probe = tmp_path / "probe"
+    pickle.loads(pickle.dumps(_OpensAFile(probe))).close()
+    assert probe.exists()  # the payload is live: unpickling it would create the marker
+    w = np.frombuffer(payload, np.uint8)
+    n = w.size
+
+    def body(b, x, y):
+        g = b.create("loop.global", [], {"name": "w", "value": DenseElements(w.copy())}).result
+        _, p, (i,) = parallel_loop(b, (0,), (n,))
+        store(p, op(p, "arith.add", load(p, x, i), load(p, g, i)), y, i)
+    m = module({"x": buf((n,), UI8), "y": buf((n,), UI8)}, ["y"], body)
+    engine = Engine.for_cpu(m)
+    code = f"__import__('os').system('touch {marker}')"
+    evil = f"eval(compile({code!r}, 'x', 'exec'))"
+
+    def inject(h):
+        h.update({"__reduce__": ["os.system", [f"touch {marker}"]], "py/object": "os.system",
+                  "!!python/object/apply:os.system": [f"touch {marker}"], "__class__": evil})
+        h["options"]["precision"] = code
+        h["host"]["cpu_name"] = evil
+        h["kernel_table"]["kernels"][0]["loc"] = code
+    data = edited(plan_to_bytes(engine), inject)
+    engine_from_plan(data)  # warm: every module a load imports is imported
+
+    def forbidden(*a, **k):
+        raise AssertionError("loading a plan unpickled or evaluated something")
+    import builtins
+    for mod, name in [(pickle, "loads"), (pickle, "load"), (pickle, "Unpickler"),
+                      (np, "load"), (builtins, "eval"), (builtins, "exec")]:
+        monkeypatch.setattr(mod, name, forbidden)
+    loaded = engine_from_plan(data)
+    monkeypatch.undo()
+    assert not marker.exists()
+    assert loaded.kernels.kernels[0].loc == code and loaded.precision == code
+    x = np.arange(n, dtype=np.uint8)
+    np.testing.assert_array_equal(loaded.run({"x": x})["y"], x + w)
+    _, blobs = decode_plan(data)
+    assert blobs[("weight", "w")].tobytes() == payload
+    assert not marker.exists()
