@@ -71,4 +71,9 @@ def copy(lw, src, dst, loc=None) -> None:
     """``loop.copy`` of place ``src`` into place ``dst`` (nothing when they are the same)."""
     if src == dst or not dst.layout.size:
         return
+    squeezed = tuple(d for d in dst.shape if d != 1)
+    if squeezed != dst.shape:  # unit dims dropped: the runtime splits the first dim on threads
+        s2, d2 = src.reshaped(squeezed), dst.reshaped(squeezed)
+        if s2 is not None and d2 is not None:
+            src, dst = s2, d2
     lw.top_insert_op("loop.copy", [lw.buffer(src), lw.buffer(dst)], loc=loc)

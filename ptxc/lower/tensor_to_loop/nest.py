@@ -81,10 +81,17 @@ def cast(scope: Scope, v: Value, t: ScalarType) -> Value:
     return v if v.type == t else scope.b.create("arith.cast", [v], {"to": t}).result
 
 
+def dims_key(rows, dims: dict) -> tuple:
+    """What an expression over ``rows`` depends on: the values of the dims it reads (so a
+    cached value is reused only where those dims have the same values)."""
+    used = sorted({i for row in rows for i, _ in row_terms(row)})
+    return tuple(dims[i] if isinstance(dims[i], int) else id(dims[i]) for i in used)
+
+
 def affine(scope: Scope, row, dims: dict) -> Value:
     """The index ``sum c_i * d_i + k`` of ``row`` with the nest dims' values ``dims`` (an
     ``index`` Value, or an int for a dim fixed to one value)."""
-    key = ("row", tuple(row))
+    key = ("row", tuple(row), dims_key([row], dims))
     v = scope.get(key)
     if v is not None:
         return v
@@ -179,6 +186,11 @@ def parallel_order(bounds, iters, ranges, store_map) -> list[int]:
     return [big] + [d for d in rest if d != big] + [inner]
 
 
+#: points computed per iteration of the innermost parallel dim of a reduction nest (the first
+#: that fits its extent), each with its own accumulator
+UNROLL = (8, 4)
+
+
 class NestEmitter:
     """Emits NestSpecs into the function being built by ``lw`` (a Lowerer: it materializes
     places as buffers and rematerializes top-level scalars)."""
@@ -191,7 +203,7 @@ class NestEmitter:
         if isinstance(src, Const):
             return const(scope, src.value, src.type)
         if isinstance(src, Load):
-            key = ("load", src.place, tuple(src.map))
+            key = ("load", src.place, tuple(src.map), dims_key(src.map, dims))
             v = scope.get(key)
             if v is None:
                 buf = self.lw.buffer(src.place)
@@ -240,23 +252,56 @@ class NestEmitter:
         if restrict is not None:
             d, lo, hi = restrict
             ranges[d] = [lo, hi]
-        par = [d for d in range(n) if spec.iters[d] == "parallel"]
-        if any(ranges[d][1] <= ranges[d][0] for d in par):
+        if any(ranges[d][1] <= ranges[d][0] for d in range(n) if spec.iters[d] == "parallel"):
             return  # no points
+        order = parallel_order(spec.bounds, spec.iters, ranges, targets[0][0].map)
+        has_red = any(t == "reduction" and ranges[d][1] - ranges[d][0] > 1
+                      for d, t in enumerate(spec.iters))
+        if order and has_red:
+            inner = order[-1]
+            lo, hi = ranges[inner]
+            u = next((u for u in UNROLL if hi - lo >= u), 1)
+            if u > 1:
+                split = lo + (hi - lo) // u * u
+                main = [list(r) for r in ranges]
+                main[inner] = [lo, split]
+                self._nest(spec, main, targets, (inner, u))
+                if split < hi:
+                    tail = [list(r) for r in ranges]
+                    tail[inner] = [split, hi]
+                    self._nest(spec, tail, targets, None)
+                return
+        self._nest(spec, ranges, targets, None)
+
+    def _nest(self, spec, ranges, targets, unroll) -> None:
+        """One nest over ``ranges``; ``unroll = (dim, u)``: that dim steps by ``u`` and each
+        iteration computes ``u`` points, with ``u`` accumulators carried side by side (an
+        unroll-and-jam: loads that do not depend on the dim are shared, and the ``u``
+        independent chains are what the SLP vectorizer packs)."""
+        n = len(spec.bounds)
         dims: dict = {}
         for d in range(n):
             if ranges[d][1] - ranges[d][0] == 1:
                 dims[d] = ranges[d][0]
         order = parallel_order(spec.bounds, spec.iters, ranges, targets[0][0].map)
         red = [d for d in range(n) if spec.iters[d] == "reduction" and d not in dims]
+        steps = [unroll[1] if unroll and d == unroll[0] else 1 for d in order]
         lw = self.lw
         loop, pb, ivs = parallel_loop(Builder.at_end(lw.body), [ranges[d][0] for d in order],
-                                      [ranges[d][1] for d in order], loc=spec.op.loc)
+                                      [ranges[d][1] for d in order], steps, loc=spec.op.loc)
         lw.anchor = loop
         try:
             for d, iv in zip(order, ivs):
                 dims[d] = iv
-            self._body(spec, Scope(pb), dims, red, ranges, targets)
+            scope = Scope(pb)
+            variants = [dims]
+            if unroll:
+                d, u = unroll
+                for j in range(1, u):
+                    v = dict(dims)
+                    v[d] = pb.create("arith.add", [dims[d], const(scope, j, INDEX)]).result
+                    variants.append(v)
+            self._body(spec, scope, variants, red, ranges, targets)
         finally:
             lw.anchor = None
 
@@ -268,61 +313,71 @@ class NestEmitter:
                     lv = max(lv, red.index(i) + 1)
         return lv
 
-    def _body(self, spec, scope0, dims, red, ranges, targets) -> None:
+    def _body(self, spec, scope0, variants, red, ranges, targets) -> None:
         main = spec.main
-        n_in = len(main.args) - len(spec.acc_types)
-        # accumulator start values (read once)
+        n_acc = len(spec.acc_types)
+        n_in = len(main.args) - n_acc
+        # accumulator start values (read once), per computed point
         accs = []
-        for k, (init, t) in enumerate(zip(spec.inits, spec.acc_types)):
-            used = bool(red) or bool(main.block.args[n_in + k].uses)
-            if not used or init is None:
-                accs.append(None)
-                continue
-            if isinstance(init, Stage):
-                (v,) = self.run_stage(scope0, init, [self.source(scope0, a, dims)
-                                                     if a is not None else None
-                                                     for a in init.args], dims)
-            else:
-                v = self.source(scope0, init, dims)
-            accs.append(cast(scope0, v, t))
+        for dims in variants:
+            for k, (init, t) in enumerate(zip(spec.inits, spec.acc_types)):
+                used = bool(red) or bool(main.block.args[n_in + k].uses)
+                if not used or init is None:
+                    accs.append(None)
+                    continue
+                if isinstance(init, Stage):
+                    (v,) = self.run_stage(scope0, init, [self.source(scope0, a, dims)
+                                                         if a is not None else None
+                                                         for a in init.args], dims)
+                else:
+                    v = self.source(scope0, init, dims)
+                accs.append(cast(scope0, v, t))
         if red and any(a is None for a in accs):
             raise CompileError(f"{spec.op.where}: internal: a reduction without a start value")
         levels: dict[int, list[int]] = {}
         for i, a in enumerate(main.args[:n_in]):
             if isinstance(a, Load):
                 levels.setdefault(self._level(a.map, red), []).append(i)
-        values: list = [None] * n_in
+        values = [[None] * n_in for _ in variants]
 
         def level(k: int, scope: Scope, carried: list) -> list:
             for i in levels.get(k, ()):
-                values[i] = self.source(scope, main.args[i], dims)
+                for vals, dims in zip(values, variants):
+                    vals[i] = self.source(scope, main.args[i], dims)
             if k == len(red):
-                args = []
-                for i, a in enumerate(main.args):
-                    if i >= n_in:
-                        args.append(carried[i - n_in])
-                    elif isinstance(a, Const):
-                        args.append(const(scope, a.value, a.type))
-                    else:
-                        args.append(values[i])
-                ys = self.run_stage(scope, main, args, dims)
-                return [cast(scope, y, t) for y, t in zip(ys, spec.acc_types)]
+                out = []
+                for j, (vals, dims) in enumerate(zip(values, variants)):
+                    args = []
+                    for i, a in enumerate(main.args):
+                        if i >= n_in:
+                            args.append(carried[j * n_acc + i - n_in])
+                        elif isinstance(a, Const):
+                            args.append(const(scope, a.value, a.type))
+                        else:
+                            args.append(vals[i])
+                    ys = self.run_stage(scope, main, args, dims)
+                    out += [cast(scope, y, t) for y, t in zip(ys, spec.acc_types)]
+                return out
             d = red[k]
             loop, fb, iv, inner = for_loop(scope.b, ranges[d][0], ranges[d][1], inits=carried)
-            dims[d] = iv
+            for dims in variants:
+                dims[d] = iv
             ys = level(k + 1, Scope(fb, scope), inner)
             fb.create("loop.yield", ys)
             return list(loop.results)
 
-        results = level(0, scope0, accs)
-        results = [cast(scope0, v, t) for v, t in zip(results, spec.out_types)]
-        if spec.epilogue is not None:
-            e = spec.epilogue
-            args = [results[a.k] if isinstance(a, Acc) else
-                    (self.source(scope0, a, dims) if a is not None else None) for a in e.args]
-            results = self.run_stage(scope0, e, args, dims)
-        for v, ts in zip(results, targets):
-            for t in ts:
-                buf = self.lw.buffer(t.place)
-                idx = [affine(scope0, row, dims) for row in t.map]
-                scope0.b.create("loop.store", [v, buf, idx])
+        flat = level(0, scope0, accs)
+        for j, dims in enumerate(variants):
+            results = [cast(scope0, v, t) for v, t in
+                       zip(flat[j * n_acc:(j + 1) * n_acc], spec.out_types)]
+            if spec.epilogue is not None:
+                e = spec.epilogue
+                args = [results[a.k] if isinstance(a, Acc) else
+                        (self.source(scope0, a, dims) if a is not None else None)
+                        for a in e.args]
+                results = self.run_stage(scope0, e, args, dims)
+            for v, ts in zip(results, targets):
+                for t in ts:
+                    buf = self.lw.buffer(t.place)
+                    idx = [affine(scope0, row, dims) for row in t.map]
+                    scope0.b.create("loop.store", [v, buf, idx])
