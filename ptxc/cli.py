@@ -1,6 +1,9 @@
 """The ``ptxc`` command.
 
     ptxc explore MODEL [--stage graph] [--passes P] [--print-ir-after-all] [--dump-dir D] ...
+    ptxc compile MODEL [--target cpu] [-o model.plan]   compile; print bindings, kernels, memory
+    ptxc run MODEL|PLAN [--input NAME=file.npy] [--save-outputs DIR]   one inference
+    ptxc inspect PLAN             what a plan file holds (bindings, kernels, memory plan)
     ptxc ops                      the ONNX op types the importer accepts
 
 MODEL is a path to an ONNX file, or ``light:NAME`` for one of the nine model-zoo models shipped
@@ -58,6 +61,98 @@ def _cmd_explore(args) -> int:
     return 0
 
 
+def _summary(engine) -> str:
+    lines = [repr(engine)]
+    t = engine.timings
+    lines.append("compile time: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items())
+                 + f" (total {sum(t.values()):.2f}s)")
+    if engine.kernels is not None:
+        lines.append(f"kernels: {len(engine.kernels.kernels)}")
+    m = engine.memory_report()
+    if m.get("arena_bytes") is not None:
+        lines.append(f"memory: arena {m['arena_bytes']:,} bytes, live-bytes lower bound "
+                     f"{m['lower_bound_bytes']:,}, without reuse {m['no_reuse_bytes']:,} "
+                     f"({m['buffers']} buffers)")
+    return "\n".join(lines) + "\n"
+
+
+def _compile(args):
+    from .compiler import compile as compile_model
+    return compile_model(resolve_model(args.model), target=args.target,
+                         precision=args.precision, input_shapes=parse_shapes(args.input_shape))
+
+
+def _cmd_compile(args) -> int:
+    engine = _compile(args)
+    sys.stdout.write(_summary(engine))
+    if args.output:
+        engine.save(args.output)
+        print(f"plan written to {args.output}")
+    return 0
+
+
+def _is_plan(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(8) == b"PTXCPLAN"
+    except OSError:
+        return False
+
+
+def _cmd_run(args) -> int:
+    import time
+
+    import numpy as np
+    if _is_plan(args.model):
+        from .driver.plan import load_plan
+        engine = load_plan(args.model)
+    else:
+        engine = _compile(args)
+    given = {}
+    for item in args.input or ():
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise PtxcError(f"--input {item!r}: expected NAME=FILE.npy")
+        try:
+            given[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise PtxcError(f"--input {name}: cannot read {path!r}: {e}") from None
+    rng = np.random.default_rng(args.seed)
+    feeds = {}
+    for name, t in engine.inputs.items():
+        if name in given:
+            feeds[name] = given.pop(name)
+        elif t.element.is_float:
+            feeds[name] = rng.standard_normal(t.shape).astype(t.element.np_dtype)
+        else:
+            feeds[name] = np.zeros(t.shape, t.element.np_dtype)
+    if given:
+        raise PtxcError(f"--input names {sorted(given)} are not inputs; the inputs are "
+                        f"{list(engine.inputs)}")
+    engine.run(feeds)  # warm-up
+    t0 = time.perf_counter()
+    out = engine.run(feeds)
+    dt = time.perf_counter() - t0
+    for name, y in out.items():
+        stats = f"min {y.min():.6g} max {y.max():.6g} mean {y.mean():.6g}" if y.size else "empty"
+        print(f"{name}: {y.dtype}{list(y.shape)} {stats}")
+        if args.save_outputs:
+            os.makedirs(args.save_outputs, exist_ok=True)
+            np.save(os.path.join(args.save_outputs, _safe(name) + ".npy"), y)
+    print(f"latency: {dt * 1e3:.2f} ms ({engine.target})")
+    return 0
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def _cmd_inspect(args) -> int:
+    from .driver.plan_inspect import inspect_plan
+    sys.stdout.write(inspect_plan(args.plan))
+    return 0
+
+
 def _cmd_ops(args) -> int:
     from . import SUPPORTED_OPS
     print("\n".join(SUPPORTED_OPS))
@@ -89,6 +184,29 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--show-constants", action="store_true",
                    help="print constant contents (blobs) instead of eliding them")
     e.set_defaults(fn=_cmd_explore)
+
+    for name, helptext in (("compile", "compile a model; print its bindings, kernels, memory"),
+                           ("run", "compile (or load a plan) and run one inference")):
+        c = sub.add_parser(name, help=helptext)
+        c.add_argument("model", help="ONNX file, light:NAME" + (", or a plan file"
+                                                                 if name == "run" else ""))
+        c.add_argument("--target", default="cpu", help="cpu (cuda: planned)")
+        c.add_argument("--precision", default="fp32", help="fp32")
+        c.add_argument("--input-shape", action="append", metavar="NAME=DIMS",
+                       help="bind an input's symbolic dims, e.g. data=1x3x224x224")
+        if name == "compile":
+            c.add_argument("-o", "--output", help="write the engine to this plan file")
+            c.set_defaults(fn=_cmd_compile)
+        else:
+            c.add_argument("--input", action="append", metavar="NAME=FILE.npy",
+                           help="an input from a .npy file (others: seeded random normal)")
+            c.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+            c.add_argument("--save-outputs", metavar="DIR", help="write each output as .npy")
+            c.set_defaults(fn=_cmd_run)
+
+    i = sub.add_parser("inspect", help="show what a plan file holds")
+    i.add_argument("plan")
+    i.set_defaults(fn=_cmd_inspect)
 
     o = sub.add_parser("ops", help="list the ONNX op types the importer accepts")
     o.set_defaults(fn=_cmd_ops)

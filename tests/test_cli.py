@@ -63,3 +63,47 @@ def test_console_entry_point_runs():
                         "--passes", ""], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert '"graph.concat"' in r.stdout
+
+
+def test_compile_run_inspect_cpu(tmp_path, capsys):
+    plan = tmp_path / "sq.plan"
+    assert main(["compile", "light:squeezenet", "--target", "cpu", "-o", str(plan)]) == 0
+    out = capsys.readouterr().out
+    assert "<Engine cpu (data_0: tensor<1x3x224x224xf32>)" in out
+    assert "memory: arena" in out and "lower bound" in out and plan.exists()
+    assert main(["inspect", str(plan)]) == 0
+    out = capsys.readouterr().out
+    assert "target: cpu" in out and "input  data_0: float32[1x3x224x224]" in out
+    assert "kernels:" in out and "memory plan: arena" in out
+    outdir = tmp_path / "out"
+    assert main(["run", str(plan), "--save-outputs", str(outdir)]) == 0
+    out = capsys.readouterr().out
+    assert "softmaxout_1: float32[1, 1000, 1, 1]" in out and "latency:" in out
+    import numpy as np
+    y = np.load(outdir / "softmaxout_1.npy")
+    np.testing.assert_allclose(y.sum(), 1.0, rtol=1e-5)
+
+
+def test_run_with_input_file_and_errors(tmp_path, capsys):
+    import numpy as np
+    from onnx import TensorProto, helper
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = tmp_path / "relu.onnx"
+    model.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+                      .SerializeToString())
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(model), "--input", f"x={tmp_path / 'x.npy'}",
+                 "--save-outputs", str(tmp_path)]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), np.maximum(x, 0))
+    capsys.readouterr()
+    assert main(["run", str(model), "--input", f"z={tmp_path / 'x.npy'}"]) == 2
+    assert "not inputs" in capsys.readouterr().err
+    assert main(["compile", str(model), "--target", "cuda"]) == 2
+    assert "not built yet" in capsys.readouterr().err
+    bad = tmp_path / "bad.plan"
+    bad.write_bytes(b"PTXCPLAN" + b"\x00" * 10)
+    assert main(["inspect", str(bad)]) == 2
+    assert "ptxc: error:" in capsys.readouterr().err

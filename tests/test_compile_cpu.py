@@ -65,3 +65,9 @@ def test_light_model_compiled_vs_onnxruntime_random_weights(name):
     for k in ref:
         assert np.std(ref[k]) > 1e-4, "degenerate reference output"
         np.testing.assert_allclose(got[k], ref[k], rtol=1e-3, atol=1e-5)
+
+
+def test_memory_report_bounds():
+    engine = ptxc.compile(small_net(), target="cpu")
+    m = engine.memory_report()
+    assert 0 < m["lower_bound_bytes"] <= m["arena_bytes"] <= m["no_reuse_bytes"]

@@ -32,6 +32,7 @@ class Engine:
         self.timings = timings
         self.llvm_text = llvm_text
         self.kernels = kernels
+        self.memory_plan = None   # a MemoryPlan when the runtime uses the planned arena
 
     @classmethod
     def for_cpu(cls, loop_module: Operation, timings: dict | None = None, threads=None):
@@ -43,14 +44,33 @@ class Engine:
         program = lower_loop_to_llvm(loop_module)
         timings["llvm"] = time.perf_counter() - t0
         t0 = time.perf_counter()
+        # the static memory plan: every scratch buffer at an offset of one arena
+        from .memory_plan import ArenaAllocator, buffers_from_slots, plan_memory
+        t0 = time.perf_counter()
+        plan = plan_memory(buffers_from_slots([s for s in program.table.slots
+                                               if s.kind == "alloc"]))
+        plan.validate()
+        timings["memory_plan"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         kwargs = {} if threads is None else {"threads": threads}
-        cpu = CpuProgram(program, **kwargs)
+        cpu = CpuProgram(program, allocator=ArenaAllocator(plan=plan), **kwargs)
         timings["jit"] = time.perf_counter() - t0
         slots = {s.name: s for s in program.table.slots if s.kind == "arg"}
         tensor = lambda n: TensorType(slots[n].shape, slots[n].type.element)  # noqa: E731
         inputs = {n: tensor(n) for n in program.table.inputs}
         outputs = {n: tensor(n) for n in program.table.outputs}
-        return cls("cpu", cpu, inputs, outputs, timings, program.text, program.table)
+        engine = cls("cpu", cpu, inputs, outputs, timings, program.text, program.table)
+        engine.memory_plan = plan
+        return engine
+
+    def memory_report(self) -> dict:
+        """The arena's peak bytes beside the live-bytes lower bound and the sum without reuse
+        (intermediate buffers only: bindings and weights are the caller's and the engine's)."""
+        p = self.memory_plan
+        if p is None:
+            return {"arena_bytes": None, "lower_bound_bytes": None, "no_reuse_bytes": None}
+        return {"arena_bytes": p.arena_bytes, "lower_bound_bytes": p.lower_bound_bytes,
+                "no_reuse_bytes": p.no_reuse_bytes, "buffers": len(p.buffers)}
 
     def save(self, path) -> None:
         """Write this engine to a plan file; ``ptxc.load(path)`` reads it back without
