@@ -298,6 +298,30 @@ def test_dead_init_is_updated_in_place():
     assert top(m)["loop.alloc"] == 1   # r2 reuses r1's buffer
 
 
+def test_rank0_zero_size_and_top_level_scalars_read_in_bodies():
+    def build(b, a):
+        x, v, z = a
+        zero = b.create("arith.constant", [], {"value": 0, "type": INDEX}).result
+        s = b.create("tensor.extract", [v, zero]).result
+        t = b.create("arith.mul", [s, s]).result          # a top-level scalar
+        total = generic(b, [x], [fill(b, (), 0.0)], (5,), [identity_map(1), ()], ["reduction"],
+                        lambda bb, w: [bb.create("arith.add", [w[1], w[0]]).result]).result
+        scaled = generic(b, [total], [empty(b, ())], (), [(), ()], [],
+                         lambda bb, w: [bb.create("arith.mul", [w[0], t]).result]).result
+        nothing = generic(b, [z], [empty(b, (0, 3))], (0, 3), [identity_map(2)] * 2,
+                          ["parallel"] * 2, lambda bb, w: [w[0]]).result
+        return [scaled, nothing]
+
+    _, got = three_ways({"x": f32(5), "v": f32(2), "z": f32(0, 3)}, build)
+    assert got["y0"].shape == () and got["y1"].shape == (0, 3)
+
+
+def test_every_tensor_op_has_a_loop_lowering():
+    from ptxc.ir.spec import registered_ops
+    from ptxc.lower.tensor_to_loop.function import LOWERED_OPS
+    assert set(registered_ops("tensor")) <= LOWERED_OPS
+
+
 # ---- named ops ------------------------------------------------------------------------------------
 
 def named(name, attrs=None, out_shape=None, fill_value=None, out_el=None):

@@ -11,6 +11,24 @@ dialect").
 
 The pass declares what must be gone after it: no ``tensor.*`` op; an op it cannot lower is a
 CompileError listing every such op with its loc, all at once.
+
+Decisions beyond docs/lowering.md (which names ``bufferize.py`` and ``tensor_to_loop.py``; this
+is one package because the analysis decides what the nests look like):
+
+* bufferization and lowering are one pass: a loop-level function is the only thing a tensor
+  value's buffer can be expressed in (a separate "bufferized tensor" stage would need its own
+  interpreter);
+* a DPS op reads its init from wherever the init is and writes its result where it is placed;
+  the init is copied into the result's buffer only when the out map skips elements (the rest
+  must keep the init). In place means the same buffer, chosen when the init is dead afterwards;
+* ``tensor.fill`` is not stored unless a view of it is taken: every other reader uses the
+  constant (an accumulator's start value, a padded border, an inserted slice);
+* named ops are lowered through their generic (same nest, no extra traffic), f16 sums with an
+  f32 accumulator as their reference computes;
+* loop nests absorb an inlined bias init and a fused epilogue (conv + bias + activation is one
+  kernel writing its final result where it is consumed);
+* a pad fills only its border; its source's producer writes the interior when it can;
+* a result named like an input gets a ``_out`` suffix (one name, one binding).
 """
 
 from __future__ import annotations

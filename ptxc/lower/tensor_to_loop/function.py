@@ -33,15 +33,13 @@ each nest that reads one re-computes it inside (a load at the top level is not a
 
 from __future__ import annotations
 
-import numpy as np
-
 from ...dialects.func import arg_names, func_body, result_names
 from ...dialects.loop import OUTPUTS_ATTR
 from ...dialects.tensor.generic import body as generic_body
 from ...dialects.tensor.generic import generic_parts
 from ...dialects.tensor.maps import identity_map, substitute
 from ...errors import CompileError
-from ...ir.core import Block, BlockArgument, Operation, Region, Value
+from ...ir.core import Block, Operation, Region, Value
 from ...ir.spec import make_op
 from ...ir.types import BufferType, FunctionType, ScalarType, TensorType
 from . import data
@@ -51,6 +49,14 @@ from .plan import Plan, covers
 from .storage import ALLOC, ARG, GLOBAL, OUTPUT, Place, Root
 
 _VIEWS = ("tensor.extract_slice", "tensor.reshape")
+
+#: the tensor ops this lowering handles (body-only ops inside the generics that hold them;
+#: named ops through their generic)
+LOWERED_OPS = frozenset({
+    "tensor.constant", "tensor.empty", "tensor.fill", "tensor.generic", "tensor.yield",
+    "tensor.index", "tensor.extract", "tensor.extract_slice", "tensor.insert_slice",
+    "tensor.reshape", "tensor.pad", "tensor.matmul", "tensor.conv", "tensor.pool",
+    "tensor.reduce"})
 
 
 def _buffer_type(t: TensorType) -> BufferType:
@@ -436,4 +442,3 @@ def lower_function(func: Operation) -> Operation:
     return Lowerer(func).run()
 
 
-__all__ = ["lower_function", "Lowerer", "np"]
