@@ -80,8 +80,9 @@ def lower_and_compare(module, feeds, rtol=1e-5, atol=1e-5, pipeline="lower-graph
     for k, w in want.items():
         g = got[k]
         assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, g.shape, w.dtype, w.shape)
-        if w.dtype.kind in "fc":
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=k)
+        if w.dtype.kind in "fc" or atol >= 1:
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol,
+                                       atol=atol, err_msg=k)
         else:
             np.testing.assert_array_equal(g, w, err_msg=k)
     if roundtrip:
@@ -306,7 +307,9 @@ def test_resize_sizes_antialias_crop_and_ints():
     _resize(rand(1, 1, 5, 5), sizes=[1, 1, 4, 3], roi=[0, 0, 0.2, -0.3, 1, 1, 0.9, 1.2],
             mode="nearest", coordinate_transformation_mode="tf_crop_and_resize",
             extrapolation_value=-2.0)
-    _resize(rand(1, 2, 3, 4, dtype="uint8"), scales=[1, 1, 1.5, 2], mode="linear")
+    # integers round half to even; an f64 sum near .5 may round the other way than the
+    # reference's matrix product (summation order): off by one at most
+    _resize(rand(1, 2, 3, 4, dtype="uint8"), scales=[1, 1, 1.5, 2], mode="linear", atol=1)
     _resize(rand(1, 2, 3, 3), scales=[1, 1, 1, 1], mode="linear")  # nothing resized: a copy
 
 

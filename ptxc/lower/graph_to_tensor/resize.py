@@ -12,6 +12,10 @@ with the graph reference's own functions, into small constant tables:
   in f64 (indices clamped to the edge, coefficients with antialias and ``exclude_outside``
   applied, so the taps sum to the reference's weight matrix), then the extrapolation select;
   a last generic rounds (integers: half to even, clamped) and converts to the input's type.
+
+The sums over taps are the reference's weight-matrix products term by term, in another order:
+equal to a few f64 ulps, so an integer result whose exact value is a .5 tie may round one unit
+apart from the reference.
 """
 
 from __future__ import annotations
