@@ -14,6 +14,10 @@ import numpy as np
 import pytest
 
 import ptxc
+import ptxc.compiler
+import ptxc.driver.cpu
+import ptxc.lower.loop_to_llvm
+import ptxc.rewrite.pass_manager
 from ptxc.dialects.loop import parallel_loop
 from ptxc.driver import plan as planmod
 from ptxc.driver.engine import Engine
@@ -83,12 +87,7 @@ def test_round_trip_same_bits_without_the_compiler(name, tmp_path, monkeypatch):
     path = tmp_path / "model.plan"
     engine.save(path)
 
-    def forbidden(*a, **k):
-        raise AssertionError("loading a plan ran the compiler")
-    import ptxc.compiler
-    import ptxc.driver.cpu
-    import ptxc.lower.loop_to_llvm
-    import ptxc.rewrite.pass_manager
+    forbidden = _forbidden
     monkeypatch.setattr(ptxc.compiler, "run_stages", forbidden)
     monkeypatch.setattr(ptxc.compiler, "compile", forbidden)
     monkeypatch.setattr(ptxc.lower.loop_to_llvm, "lower_loop_to_llvm", forbidden)
@@ -108,6 +107,28 @@ def test_round_trip_same_bits_without_the_compiler(name, tmp_path, monkeypatch):
     assert plan_to_bytes(loaded) == path.read_bytes()
 
 
+def test_compiled_model_round_trip(tmp_path, monkeypatch):
+    """ptxc.compile end to end (a conv with weights, relu, max pool), saved and loaded with the
+    compiler disabled: the same bits."""
+    rng = np.random.default_rng(0)
+    net = ptxc.Network("small")
+    x = net.add_input("x", (1, 3, 10, 10))
+    y = net.add_conv(x, rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+                     rng.standard_normal(4).astype(np.float32), padding=1)
+    net.mark_output(net.add_pooling(net.add_activation(y, "relu"), "max", kernel=2), "y")
+    engine = ptxc.compile(net, target="cpu")
+    engine.save(tmp_path / "small.plan")
+    monkeypatch.setattr(ptxc.compiler, "run_stages", _forbidden)
+    loaded = ptxc.load(tmp_path / "small.plan")
+    assert any(s.kind == "global" for s in loaded.kernels.slots)
+    xs = rng.standard_normal((1, 3, 10, 10)).astype(np.float32)
+    assert loaded.run({"x": xs})["y"].tobytes() == engine.run({"x": xs})["y"].tobytes()
+
+
+def _forbidden(*a, **k):
+    raise AssertionError("loading a plan ran the compiler")
+
+
 def test_layout_matches_the_documented_format(weights_engine, good):
     engine, _ = weights_engine
     header, section = split(good)
@@ -115,7 +136,8 @@ def test_layout_matches_the_documented_format(weights_engine, good):
     assert header["format"] == "ptxc-plan" and header["format_version"] == 1
     assert header["ptxc_version"] == ptxc.__version__ and header["target"] == "cpu"
     assert header["arch"] is None and header["host"]["triple"] and header["host"]["cpu_name"]
-    assert header["options"]["precision"] == "fp32" and "memory_plan" not in header
+    assert header["options"]["precision"] == "fp32"
+    assert ("memory_plan" in header) == (header["options"]["allocator"] == "arena")
     assert header["bindings"] == {"inputs": [{"name": "x", "shape": [3, 8], "dtype": "float32"}],
                                   "outputs": [{"name": "y", "shape": [3, 8],
                                                "dtype": "float32"}]}
@@ -148,6 +170,7 @@ def test_memory_plan_round_trip(tmp_path):
     loaded = ptxc.load(tmp_path / "a.plan")
     alloc = loaded.program.allocator
     assert isinstance(alloc, mp.ArenaAllocator) and alloc.plan.offsets == plan.offsets
+    assert loaded.memory_plan is alloc.plan
     assert loaded.run(inputs)["y"].tobytes() == want["y"].tobytes()
     # a plan for other scratch buffers is refused
     bad = edited(data, lambda h: h["memory_plan"]["buffers"][0].update(size=8, first=0))

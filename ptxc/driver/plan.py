@@ -521,4 +521,5 @@ def engine_from_plan(data, *, threads: int | None = None, source: str = "<plan>"
     t2 = time.perf_counter()
     engine = Engine("cpu", cpu, inputs, outputs, {"load": t1 - t0, "jit": t2 - t1}, text, table)
     engine.precision = options.get("precision", "fp32")
+    engine.memory_plan = allocator.plan if allocator is not None else None
     return engine
