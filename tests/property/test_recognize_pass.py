@@ -22,11 +22,7 @@ F = np.float32
 
 def run(module) -> Explain:
     ex = Explain()
-    # a recognized op computes the same function by another formula (softmax subtracts the max,
-    # LayerNorm reduces in another order): values near zero differ by rounding, so the absolute
-    # tolerance is 1e-4 (the relative one stays the issue's 1e-4)
-    PassManager("recognize-patterns", check_numerics=True, numerics_atol=1e-4,
-                explain=ex).run(module)
+    PassManager("recognize-patterns", check_numerics=True, explain=ex).run(module)
     return ex
 
 
@@ -150,7 +146,10 @@ def decomposed_graphs(draw):
     """(network, recognized op names expected in order, how many blocks were spoiled)."""
     net = ptxc.Network("decomposed")
     rank = draw(st.integers(2, 3))
-    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=rank, max_size=rank)))
+    # dims of at least 2: over an axis of size 1 a softmax is exactly 1 when recognized but
+    # 1 +- ulp written out, and a following LayerNorm of that near-constant tensor amplifies the
+    # difference to O(1): a conditioning artifact of the generator, not a fault of the pass
+    shape = tuple(draw(st.lists(st.integers(2, 5), min_size=rank, max_size=rank)))
     x = net.add_input("x", shape)
     blocks = _Blocks(draw, net)
     rng = np.random.default_rng(draw(st.integers(0, 1000)))
