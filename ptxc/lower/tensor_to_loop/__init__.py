@@ -36,10 +36,13 @@ from __future__ import annotations
 import attrs
 
 from ...dialects.func import functions, module_body
+from ...dialects.tensor import NAMED_OPS
 from ...ir.core import Operation
 from ...ir.types import TensorType
 from ...rewrite.pass_ import Pass, register_pass
+from ..tensor_passes import fuse_elementwise
 from .function import Lowerer, lower_function  # noqa: F401
+from .named import generalize_all
 
 
 def _is_tensor_function(f: Operation) -> bool:
@@ -52,9 +55,13 @@ def lower_tensor_to_loop(module: Operation) -> bool:
     """Lower every tensor-level function of ``module`` to the loop dialect, in place; returns
     whether anything changed."""
     changed = False
-    for f in functions(module):
-        if not _is_tensor_function(f):
-            continue
+    tensor_funcs = [f for f in functions(module) if _is_tensor_function(f)]
+    named = [op for f in tensor_funcs for op in f.walk() if op.name in NAMED_OPS]
+    if named:
+        for f in tensor_funcs:
+            generalize_all(f, wide_too=False)
+        fuse_elementwise(module)  # into the generalized named ops (see named.py)
+    for f in tensor_funcs:
         new = lower_function(f)
         module_body(module).insert_before(f, new)
         f.detach()

@@ -11,6 +11,13 @@ One thing the generic cannot say: a named op with an f16 result sums in f32 and 
 type. For those (sum/product kinds with an f16 out) :func:`generalize_all` also returns a
 *wide body*: the same computation with an f32 accumulator, which the nest uses instead (the
 start value widened, the result rounded once when stored).
+
+Once generalized, the elementwise producers that a named op reads once per element (a
+softmax's ``exp`` feeding its sum, a mean's cast) are fused into it
+(``ptxc.lower.tensor_passes.fuse_elementwise``, what ``fuse-tensor-elementwise`` does after
+``generalize-named-ops``), so a pipeline that keeps named ops at the tensor stage gets the same
+nests as one that generalizes them; ops with a wide body are generalized after that fusion
+(a fused body would accumulate in f16 again).
 """
 
 from __future__ import annotations
@@ -44,14 +51,17 @@ def _wide_body(op: Operation, combine: str, product: bool) -> Block:
     return block
 
 
-def generalize_all(func: Operation) -> dict[int, tuple[Block, object]]:
-    """Replace every named op of ``func`` by its generic (in place); returns ``id(generic) ->
-    (wide body, f32)`` for those that must accumulate in f32 (see the module docstring)."""
+def generalize_all(func: Operation, wide_too: bool = True) -> dict[int, tuple[Block, object]]:
+    """Replace every named op of ``func`` by its generic (in place; those that need a wide body
+    only with ``wide_too``); returns ``id(generic) -> (wide body, f32)`` for those that must
+    accumulate in f32 (see the module docstring)."""
     wide = {}
     for op in list(func_body(func).ops):
         if op.name not in NAMED_OPS:
             continue
         kind = _kind(op) if op.results[0].type.element == F16 else None
+        if kind is not None and not wide_too:
+            continue
         g = generalize(op)
         op.block.insert_before(op, g)
         op.replace_all_uses_with(g.results)
