@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...dialects.tensor.generic import build_generic
-from ...dialects.tensor.maps import broadcast_map, identity_map
+from ...dialects.tensor.maps import identity_map, unit_row
 from .common import (acc_type, c, cast, channel_map, elementwise, fill, keepdims_shape, lowers,
                      op_, pad, reduce, widen)
 
@@ -38,9 +38,12 @@ def moments(b, xw, axes):
         d = op_(bb, "arith.sub", args[0], args[1])
         return [op_(bb, "arith.add", args[2], op_(bb, "arith.mul", d, d))]
 
+    # the keepdims operands read index 0 along every reduced axis, also where that axis has
+    # size 1 (broadcast_map would give it the identity, and an out map must not read a
+    # reduction dim)
+    kept = tuple(unit_row(r, None) if i in axes else unit_row(r, i) for i in range(r))
     sq = build_generic([xw, mean], [fill(b, kt, 0.0)], xw.type.shape,
-                       [identity_map(r), broadcast_map(kt.shape, xw.type.shape),
-                        broadcast_map(kt.shape, xw.type.shape)],
+                       [identity_map(r), kept, kept],
                        ["reduction" if i in axes else "parallel" for i in range(r)], body,
                        b=b).result
     var = elementwise(b, [sq], kt, lambda bb, s: op_(bb, "arith.div", s[0], c(bb, n, ct)))
