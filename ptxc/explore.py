@@ -13,11 +13,10 @@ from __future__ import annotations
 import io
 import os
 
-from .errors import CompileError
 from .ir.core import Operation
 from .ir.printer import print_ir
 
-from .compiler import STAGE_PIPELINES, STAGES, check_stage  # noqa: F401
+from .compiler import STAGE_PIPELINES, STAGES, check_stage  # noqa: F401  (STAGES re-exported)
 
 #: the graph-stage pipeline used when none is given
 DEFAULT_GRAPH_PIPELINE = STAGE_PIPELINES["graph"]

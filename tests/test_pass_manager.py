@@ -8,6 +8,7 @@ import attrs
 import numpy as np
 import pytest
 
+from ir_text import body_lines
 from ptxc.dialects.func import func_body, get_func
 from ptxc.errors import CompileError, VerifyError
 from ptxc.ir import interpret, parse_ir, print_ir, verify
@@ -55,14 +56,7 @@ def module(body: str, ret: str = "%y", args: str = f"%x: {T}", arg_names='"x"',
 
 def body_text(m) -> str:
     """The ops of main, one per line, without indentation (for compact expectations)."""
-    lines = print_ir(m).splitlines()
-    start = next(i for i, ln in enumerate(lines) if ln.strip().startswith("^bb0"))
-    out = []
-    for ln in lines[start + 1:]:
-        if ln.strip().startswith("}) {arg_names"):
-            break
-        out.append(ln.strip())
-    return "\n".join(out)
+    return "\n".join(body_lines(m))
 
 
 # ---- registry and pipeline text ------------------------------------------------------------------

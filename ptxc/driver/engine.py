@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 from ..errors import BindingError
 from ..ir.core import Operation
 from ..ir.interpreter import check_inputs

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import attrs
 
 from ..errors import VerifyError
-from .attributes import check_kind, normalize
+from .attributes import normalize
 from .core import Operation, Value
 
 
