@@ -64,7 +64,7 @@ def test_light_model_compiled_vs_onnxruntime_random_weights(name):
     assert list(got) == list(ref)
     for k in ref:
         assert np.std(ref[k]) > 1e-4, "degenerate reference output"
-        np.testing.assert_allclose(got[k], ref[k], rtol=1e-3, atol=1e-5)
+        lm.assert_matches_reference(got[k], ref[k])
 
 
 def test_memory_report_bounds():

@@ -53,4 +53,4 @@ def test_light_model_with_random_weights_compiled_for_cpu_matches_onnxruntime(na
     assert list(got) == list(ref)
     for k in ref:
         assert np.std(ref[k]) > 1e-4, "degenerate reference output"
-        np.testing.assert_allclose(got[k], ref[k], rtol=1e-3, atol=1e-5)
+        lm.assert_matches_reference(got[k], ref[k])

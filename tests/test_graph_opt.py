@@ -36,7 +36,7 @@ def test_graph_opt_keeps_numerics_vs_onnxruntime(name):
     ref = lm.onnxruntime_outputs(model, inputs)
     got = ptxc.interpret(optimized(model), inputs)
     for k in ref:
-        np.testing.assert_allclose(got[k], ref[k], rtol=1e-3, atol=1e-5)
+        lm.assert_matches_reference(got[k], ref[k])
 
 
 @pytest.fixture(scope="module")

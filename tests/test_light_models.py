@@ -28,4 +28,4 @@ def test_light_model_random_weights_vs_onnxruntime(name):
     for k in ref:
         # the random weights must make the outputs informative, or the test proves nothing
         assert np.std(ref[k]) > 1e-4, "degenerate reference output"
-        np.testing.assert_allclose(got[k], ref[k], rtol=1e-3, atol=1e-5)
+        lm.assert_matches_reference(got[k], ref[k])
