@@ -4,9 +4,8 @@ kept, the text round trip of the result; errors listing every op that cannot be 
 light models lowered and equal to the graph interpreter."""
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 import ptxc
 from ptxc.dialects.func import func_body, get_func
@@ -21,46 +20,12 @@ from ptxc.rewrite import PassManager
 
 import light_models
 
-NP_TO_ONNX = {np.dtype(k): v for k, v in {
-    "float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE, "float16": TensorProto.FLOAT16,
-    "int64": TensorProto.INT64, "int32": TensorProto.INT32, "int8": TensorProto.INT8,
-    "uint8": TensorProto.UINT8, "bool": TensorProto.BOOL}.items()}
-
-RNG = np.random.default_rng(0)
-
-
-def rand(*shape, dtype="float32"):
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return RNG.integers(0, 2, size=shape).astype(bool)
-    if dtype.kind in "iu":
-        lo, hi = (0, 20) if dtype.kind == "u" else (-10, 10)
-        return RNG.integers(lo, hi, size=shape).astype(dtype)
-    return RNG.standard_normal(shape).astype(dtype)
+from one_node import rand
+from one_node import make_model as _make_model
 
 
 def make_model(op, inputs, consts=None, n_out=1, opset=18, **attrs):
-    """A one-node model; ``inputs`` holds (name, array) runtime inputs, names of ``consts``
-    (initializers) and None for an absent input."""
-    consts = consts or {}
-    names, vis = [], []
-    for item in inputs:
-        if item is None:
-            names.append("")
-        elif isinstance(item, str):
-            names.append(item)
-        else:
-            name, x = item
-            names.append(name)
-            vis.append(helper.make_tensor_value_info(name, NP_TO_ONNX[x.dtype], x.shape))
-    outs = [f"y{i}" for i in range(n_out)]
-    node = helper.make_node(op, names, outs, name=f"{op.lower()}_node", **attrs)
-    out_vis = [helper.make_tensor_value_info(o, 0, None) for o in outs]
-    inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()]
-    graph = helper.make_graph([node], "g", vis, out_vis, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10 if opset >= 21 else 8
-    return onnx.shape_inference.infer_shapes(model)
+    return _make_model(op, inputs, consts, n_out, opset, **attrs)
 
 
 def lower_and_compare(module, feeds, rtol=1e-5, atol=1e-5, pipeline="lower-graph-to-tensor",
