@@ -44,6 +44,21 @@ independent. ``loop.for`` runs sequentially, each step vectorized over the enclo
 points. Buffers are numpy arrays; a view is a strided numpy view of the same memory, so writes
 through it land in the source. A fresh ``loop.alloc`` is filled with NaN (floats) or zeros, so
 that reading memory nobody wrote shows up in numerics checks.
+
+``loop.if(%cond)`` runs its body where ``%cond`` (an i1, usually one per vectorized point) holds.
+The interpreter keeps the live lanes as ``interp.loop_mask`` (None: all live; otherwise a
+boolean array broadcastable against the index grids); nested ifs AND their conditions. Under a
+mask, ``loop.load`` sends the indices of dead lanes to 0 before its bounds check (a guard such as
+``lin < points`` exists precisely so that dead lanes may hold out-of-range indices), and
+``loop.store`` scatters only the live lanes. ``loop.if`` has no results and loop bounds are
+static, so no carried value ever needs merging by mask: a dead lane's values never escape the
+``loop.if`` except through stores, which drop them. A body with no live lane is skipped.
+
+The same loads and stores serve the gpu dialect's per-block memory (ptxc/dialects/gpu.py): while
+a ``gpu.launch`` runs, ``interp.gpu_shared`` maps each ``gpu.shared`` buffer (the array the
+interpreter holds for its value, of the declared shape) to its storage with one copy per block
+in front, and ``interp.gpu_block`` is the broadcast grid of linear block ids; a load or store of
+such a buffer prepends the block id to its indices (:func:`per_block`).
 """
 
 from __future__ import annotations
@@ -54,7 +69,7 @@ from ..errors import BindingError, CompileError
 from ..ir.builder import Builder
 from ..ir.core import Block, Operation, Region
 from ..ir.spec import Attr, Operand, OpSpec, Result, fail, register
-from ..ir.types import INDEX, BufferType, ScalarType
+from ..ir.types import I1, INDEX, BufferType, ScalarType
 
 #: function attribute: the names of the arguments that are output bindings, in result order
 OUTPUTS_ATTR = "loop.outputs"
@@ -223,7 +238,21 @@ class View(OpSpec):
             fail(op, f"view {new} reaches outside its source {src}")
 
     def reference(self, op, args, interp):
-        return [restride(args[0], op.operands[0].type, op.results[0].type)]
+        src, new = op.operands[0].type, op.results[0].type
+        storage = per_block(interp, args[0])
+        if storage is None:
+            return [restride(args[0], src, new)]
+        # a view of gpu.shared memory: the same view of every block's copy, registered in turn
+        isz = storage.dtype.itemsize
+        blocks = (storage.shape[0],)
+        step = (storage.strides[0] // isz,)
+        whole = restride(storage, BufferType(blocks + src.shape, src.element,
+                                             step + src.strides, src.offset),
+                         BufferType(blocks + new.shape, new.element, step + new.strides,
+                                    new.offset))
+        view = whole[0]
+        interp.gpu_shared[id(view)] = (view, whole)
+        return [view]
 
 
 def _check_body(op: Operation, arg_types: list, yields: list) -> Block:
@@ -335,6 +364,39 @@ class Yield(OpSpec):
         return []
 
 
+@register
+class If(OpSpec):
+    """Run the body where ``cond`` holds (a bounds guard, "thread 0 only"). No results: a value
+    computed under the condition leaves the body only through a store. The reference runs the
+    body once under ``interp.loop_mask`` AND ``cond`` (see the module docstring)."""
+
+    name = "loop.if"
+    operands = ("cond",)
+    results = ()
+    regions = 1
+
+    def infer_types(self, op):
+        return []
+
+    def verify(self, op):
+        if op.operands[0].type != I1:
+            fail(op, f"condition must be i1, is {op.operands[0].type}")
+        _check_body(op, [], [])
+
+    def reference(self, op, args, interp):
+        cond = np.asarray(args[0], dtype=bool)
+        old = getattr(interp, "loop_mask", None)
+        mask = cond if old is None else np.logical_and(old, cond)
+        if not mask.any():
+            return []
+        interp.loop_mask = None if mask.all() else mask
+        try:
+            interp.run_block(op.regions[0].blocks[0], [])
+        finally:
+            interp.loop_mask = old
+        return []
+
+
 def _indices(op: Operation, first: int, t: BufferType) -> None:
     idx = op.operands[first:]
     if len(idx) != t.rank:
@@ -342,6 +404,33 @@ def _indices(op: Operation, first: int, t: BufferType) -> None:
     for i, v in enumerate(idx):
         if v.type != INDEX:
             fail(op, f"index #{i} must be index, is {v.type}")
+
+
+def per_block(interp, buf):
+    """The per-block storage behind ``buf`` when it is a ``gpu.shared`` buffer (or a view of
+    one) of the running ``gpu.launch``: an array of shape ``(blocks, *buf.shape)``; else None."""
+    reg = getattr(interp, "gpu_shared", None)
+    if not reg:
+        return None
+    entry = reg.get(id(buf))
+    return entry[1] if entry is not None and entry[0] is buf else None
+
+
+def _in_bounds(t: BufferType, idx: list) -> bool:
+    for i, d in zip(idx, t.shape):
+        i = np.asarray(i)
+        if i.size and (i.min() < 0 or i.max() >= d):
+            return False
+    return True
+
+
+def _masked_indices(interp, t: BufferType, idx: list) -> list:
+    """Indices for a load under ``interp.loop_mask``: those of dead lanes become 0, so only
+    live lanes can fail the bounds check (the common all-in-bounds case is left untouched)."""
+    mask = getattr(interp, "loop_mask", None)
+    if mask is None or _in_bounds(t, idx):
+        return idx
+    return [np.where(mask, np.asarray(i), 0) for i in idx]
 
 
 def _check_bounds(op: Operation, t: BufferType, idx: list) -> None:
@@ -368,7 +457,12 @@ class Load(OpSpec):
 
     def reference(self, op, args, interp):
         buf, *idx = args
-        _check_bounds(op, op.operands[0].type, idx)
+        t = op.operands[0].type
+        idx = _masked_indices(interp, t, idx)
+        _check_bounds(op, t, idx)
+        storage = per_block(interp, buf)
+        if storage is not None:
+            return [storage[(interp.gpu_block, *(np.asarray(i) for i in idx))]]
         if all(np.ndim(i) == 0 for i in idx):
             return [buf[tuple(int(i) for i in idx)]]
         return [buf[tuple(np.asarray(i) for i in idx)]]
@@ -393,14 +487,25 @@ class Store(OpSpec):
 
     def reference(self, op, args, interp):
         value, buf, *idx = args
+        t = op.operands[1].type
         if not buf.flags.writeable:
             raise CompileError(f"{op.where}: stores into a read-only buffer (a loop.global)")
-        _check_bounds(op, op.operands[1].type, idx)
         value = np.asarray(value, dtype=buf.dtype)
+        idx = [np.asarray(i) for i in idx]
+        storage = per_block(interp, buf)
+        if storage is not None:  # the block id selects the copy: one more leading index
+            buf, idx = storage, [np.asarray(interp.gpu_block), *idx]
+        mask = getattr(interp, "loop_mask", None)
+        if mask is not None:  # scatter the live lanes only
+            *idx, value, live = np.broadcast_arrays(*idx, value, np.asarray(mask, bool))
+            idx, value = [i[live] for i in idx], value[live]
+            if value.size == 0:
+                return []
+        _check_bounds(op, t, idx[1:] if storage is not None else idx)
         if not idx:  # rank 0: parallel iterations would race; the last one wins
             buf[()] = value.reshape(-1)[-1] if value.size else buf[()]
             return []
-        *idx, value = np.broadcast_arrays(*[np.asarray(i) for i in idx], value)
+        *idx, value = np.broadcast_arrays(*idx, value)
         buf[tuple(idx)] = value
         return []
 
@@ -424,6 +529,9 @@ class Copy(OpSpec):
 
     def reference(self, op, args, interp):
         src, dst = args
+        if per_block(interp, src) is not None or per_block(interp, dst) is not None:
+            raise CompileError(f"{op.where}: copies gpu.shared memory; inside a gpu.launch "
+                               "write the copy as loads and stores of each thread's elements")
         if not dst.flags.writeable:
             raise CompileError(f"{op.where}: copies into a read-only buffer (a loop.global)")
         dst[...] = src
@@ -460,6 +568,15 @@ def for_loop(b: Builder, lower: int, upper: int, step: int = 1, inits=(),
         return op, Builder.at_end(block), block.args[0], list(block.args[1:])
     y = Builder.at_end(block).create("loop.yield", [])
     return op, Builder.before_op(y), block.args[0], []
+
+
+def if_op(b: Builder, cond, loc: str | None = None):
+    """Insert a ``loop.if`` on ``cond`` (an i1) at ``b``; returns ``(op, body_builder)``. The
+    body already ends with ``loop.yield``; ``body_builder`` inserts before it."""
+    block = Block([])
+    op = b.create("loop.if", [cond], {}, regions=[Region([block])], loc=loc)
+    y = Builder.at_end(block).create("loop.yield", [])
+    return op, Builder.before_op(y)
 
 
 # ---- running a loop-level function ------------------------------------------------------------

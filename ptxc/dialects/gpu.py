@@ -1,0 +1,287 @@
+"""The gpu dialect: a kernel launch over a grid of thread blocks, thread and block ids, block
+barriers and per-block shared memory. It lives inside loop-dialect functions (the map-to-gpu pass,
+ptxc/lower/gpu_map/, writes it; loop_to_llvm emits it for NVPTX)::
+
+    "gpu.launch"() ({
+      %sh = "gpu.shared"() : () -> buffer<256xf32>
+      %b = "gpu.block_id"() {dim = 0} : () -> index
+      %t = "gpu.thread_id"() {dim = 0} : () -> index
+      ...loads, stores, loop.for, loop.if (%t < 128) ...
+      "gpu.barrier"() : () -> ()
+      "loop.yield"() : () -> ()
+    }) {block = [256, 1, 1], grid = [40, 1, 1], schedule = "pointwise"} : () -> ()
+
+Placement rules (checked by the verifier): ``gpu.launch`` only at the top level of a function,
+with one region of one block without arguments ending in ``loop.yield``; ``gpu.block_id``,
+``gpu.thread_id`` and ``gpu.barrier`` only inside a launch (at any depth); ``gpu.shared`` only
+directly in a launch's body, with the default layout. Launch dimensions: every entry >= 1,
+``bx * by * bz <= 1024``, ``gy, gz <= 65535``, ``gx < 2**31`` (CUDA's limits).
+
+Reference semantics (the interpreter; so check-numerics and CPU tests work): a launch runs its
+body ONCE, in lockstep, vectorized over every thread of every block. Like ``loop.parallel`` it
+adds index axes in front of the enclosing ones: six of them, ``[gx, gy, gz, bx, by, bz]``; block
+id ``d`` varies along axis ``d`` and thread id ``d`` along axis ``3 + d``. A ``gpu.shared``
+buffer holds one copy per block; the interpreter value of the op is an array of the declared
+shape (the type check wants that) registered in ``interp.gpu_shared`` with its per-block
+storage, and ``loop.load``/``loop.store``/``loop.view`` pick the copy by the linear block id
+``bx + gx * (by + gy * bz)`` (``interp.gpu_block``; ptxc/dialects/loop.py, ``per_block``).
+Fresh shared memory is NaN (floats) or zero: its contents are undefined. ``loop.if`` masks lanes
+(``interp.loop_mask``).
+
+``gpu.barrier`` is a no-op in lockstep: every op already completes for all threads before the
+next begins, which is one legal schedule of a race-free kernel. Races are NOT detected (a kernel
+whose threads read what others write without a barrier between may pass here and fail on a
+GPU). What is checked: a barrier reached under a mask must be reached by all threads of a block
+or by none (``__syncthreads`` in divergent code is undefined behaviour).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import CompileError
+from ..ir.builder import Builder
+from ..ir.core import Block, Operation, Region
+from ..ir.spec import Attr, OpSpec, fail, register
+from ..ir.types import INDEX, BufferType
+from .loop import _check_body, allocate
+
+#: CUDA's launch limits
+MAX_THREADS = 1024
+MAX_GRID_X = 2 ** 31 - 1
+MAX_GRID_YZ = 65535
+#: index axes a launch adds in the interpreter: grid x, y, z, then block x, y, z
+LAUNCH_AXES = 6
+
+
+def enclosing_launch(op: Operation) -> Operation | None:
+    """The ``gpu.launch`` that ``op`` is nested in (at any depth), or None."""
+    p = op.parent_op
+    while p is not None:
+        if p.name == "gpu.launch":
+            return p
+        p = p.parent_op
+    return None
+
+
+def check_dims(grid, block) -> str | None:
+    """Why ``grid``/``block`` (three ints each) break CUDA's launch limits; None when they fit."""
+    grid, block = tuple(grid), tuple(block)
+    if len(grid) != 3 or len(block) != 3:
+        return f"grid and block need three entries each, are {list(grid)} and {list(block)}"
+    if any(int(d) < 1 for d in grid + block):
+        return f"grid {list(grid)} and block {list(block)} entries must be >= 1"
+    if block[0] * block[1] * block[2] > MAX_THREADS:
+        return f"block {list(block)} has {block[0] * block[1] * block[2]} threads, over " \
+               f"{MAX_THREADS}"
+    if grid[0] > MAX_GRID_X:
+        return f"grid x = {grid[0]} is over {MAX_GRID_X}"
+    if grid[1] > MAX_GRID_YZ or grid[2] > MAX_GRID_YZ:
+        return f"grid {list(grid)}: y and z must be at most {MAX_GRID_YZ}"
+    return None
+
+
+class _LaunchState:
+    """What a running launch gives the ops in its body (the interpreter's ``gpu_launch``)."""
+
+    def __init__(self, grid, block):
+        self.grid, self.block = tuple(grid), tuple(block)
+        self.block_ids, self.thread_ids = [], []
+        for d in range(3):
+            shape = [1] * LAUNCH_AXES
+            shape[d] = self.grid[d]
+            self.block_ids.append(np.arange(self.grid[d], dtype=np.int64).reshape(shape))
+            shape = [1] * LAUNCH_AXES
+            shape[3 + d] = self.block[d]
+            self.thread_ids.append(np.arange(self.block[d], dtype=np.int64).reshape(shape))
+        gx, gy, _ = self.grid
+        bx, by, bz = self.block_ids
+        self.linear_block = bx + gx * (by + gy * bz)
+        self.blocks = int(np.prod(self.grid))
+
+
+def _state(op: Operation, interp) -> _LaunchState:
+    s = getattr(interp, "gpu_launch", None)
+    if s is None:
+        raise CompileError(f"{op.where}: runs outside a gpu.launch")
+    return s
+
+
+@register
+class Launch(OpSpec):
+    """A kernel: its body runs once per thread of ``grid`` blocks of ``block`` threads.
+    ``schedule`` names the map-to-gpu schedule that built it (for explore and inspect)."""
+
+    name = "gpu.launch"
+    operands = ()
+    results = ()
+    attributes = {"grid": Attr("ints", required=True), "block": Attr("ints", required=True),
+                  "schedule": Attr("str", required=True)}
+    regions = 1
+
+    def infer_types(self, op):
+        return []
+
+    def verify(self, op):
+        parent = op.parent_op
+        if parent is None or parent.name != "func.func":
+            fail(op, "must be at the top level of a function, not inside "
+                 + (parent.name if parent is not None else "nothing"))
+        why = check_dims(op.attributes["grid"], op.attributes["block"])
+        if why:
+            fail(op, why)
+        _check_body(op, [], [])
+
+    def reference(self, op, args, interp):
+        state = _LaunchState(op.attributes["grid"], op.attributes["block"])
+        saved = (getattr(interp, "gpu_launch", None), getattr(interp, "gpu_shared", None),
+                 getattr(interp, "gpu_block", None), getattr(interp, "loop_mask", None),
+                 getattr(interp, "loop_vector_rank", 0))
+        interp.gpu_launch, interp.gpu_shared = state, {}
+        interp.gpu_block, interp.loop_mask = state.linear_block, None
+        interp.loop_vector_rank = saved[4] + LAUNCH_AXES
+        try:
+            interp.run_block(op.regions[0].blocks[0], [])
+        finally:
+            (interp.gpu_launch, interp.gpu_shared, interp.gpu_block, interp.loop_mask,
+             interp.loop_vector_rank) = saved
+        return []
+
+
+class _Id(OpSpec):
+    operands = ()
+    results = ("id",)
+    attributes = {"dim": Attr("int", required=True)}
+    traits = {"pure"}
+
+    def infer_types(self, op):
+        return [INDEX]
+
+    def verify(self, op):
+        if op.attributes["dim"] not in (0, 1, 2):
+            fail(op, f"dim must be 0, 1 or 2, is {op.attributes['dim']}")
+        if enclosing_launch(op) is None:
+            fail(op, "must be inside a gpu.launch")
+
+
+@register
+class BlockId(_Id):
+    """The block's index along grid dimension ``dim`` (``blockIdx.x/y/z``)."""
+
+    name = "gpu.block_id"
+
+    def reference(self, op, args, interp):
+        return [_state(op, interp).block_ids[op.attributes["dim"]]]
+
+
+@register
+class ThreadId(_Id):
+    """The thread's index in its block along ``dim`` (``threadIdx.x/y/z``)."""
+
+    name = "gpu.thread_id"
+
+    def reference(self, op, args, interp):
+        return [_state(op, interp).thread_ids[op.attributes["dim"]]]
+
+
+@register
+class Barrier(OpSpec):
+    """``__syncthreads()``: every thread of the block waits here until all have arrived; memory
+    written before it (shared or global) is visible to the block after it. Block-uniform control
+    flow only."""
+
+    name = "gpu.barrier"
+    operands = ()
+    results = ()
+
+    def infer_types(self, op):
+        return []
+
+    def verify(self, op):
+        if enclosing_launch(op) is None:
+            fail(op, "must be inside a gpu.launch")
+
+    def reference(self, op, args, interp):
+        _state(op, interp)
+        mask = getattr(interp, "loop_mask", None)
+        if mask is not None:
+            m = np.asarray(mask, bool)
+            m = m.reshape((1,) * max(0, LAUNCH_AXES - m.ndim) + m.shape)
+            threads = (-3, -2, -1)
+            if (m.any(axis=threads) != m.all(axis=threads)).any():
+                raise CompileError(f"{op.where}: reached by some threads of a block and not "
+                                   "others (a barrier in divergent control flow)")
+        return []
+
+
+@register
+class Shared(OpSpec):
+    """Per-block scratch memory of the result type (default layout), undefined at the start of
+    the launch; one copy per block, shared by its threads."""
+
+    name = "gpu.shared"
+    operands = ()
+    results = ("buffer",)
+
+    def verify(self, op):
+        t = op.results[0].type
+        if not isinstance(t, BufferType):
+            fail(op, f"result must be a buffer, is {t}")
+        if not t.is_default_layout:
+            fail(op, f"result must have the default layout, is {t}")
+        parent = op.parent_op
+        if parent is None or parent.name != "gpu.launch":
+            fail(op, "must be directly in the body of a gpu.launch, not inside "
+                 + (parent.name if parent is not None else "nothing"))
+
+    def reference(self, op, args, interp):
+        state = _state(op, interp)
+        t = op.results[0].type
+        storage = allocate(BufferType((state.blocks,) + t.shape, t.element))
+        view = storage[0]
+        interp.gpu_shared[id(view)] = (view, storage)
+        return [view]
+
+
+def shared_bytes(launch: Operation) -> int:
+    """Bytes of shared memory a launch declares (the sum of its gpu.shared buffers)."""
+    total = 0
+    for op in launch.regions[0].blocks[0].ops:
+        if op.name == "gpu.shared":
+            t = op.results[0].type
+            total += t.size * t.element.np_dtype.itemsize
+    return total
+
+
+# ---- building -------------------------------------------------------------------------------
+
+def launch_op(b: Builder, grid, block, schedule: str, loc: str | None = None):
+    """Insert a ``gpu.launch`` at ``b``; returns ``(op, body_builder)``. The body already ends
+    with ``loop.yield``; ``body_builder`` inserts before it. Launch limits are checked here
+    (CompileError naming ``loc``) so a schedule cannot build an unlaunchable kernel."""
+    grid, block = tuple(int(d) for d in grid), tuple(int(d) for d in block)
+    why = check_dims(grid, block)
+    if why:
+        raise CompileError(f"gpu.launch" + (f" (node {loc!r})" if loc else "") + f": {why}")
+    body = Block([])
+    op = b.create("gpu.launch", [], {"grid": grid, "block": block, "schedule": schedule},
+                  regions=[Region([body])], loc=loc)
+    y = Builder.at_end(body).create("loop.yield", [])
+    return op, Builder.before_op(y)
+
+
+def block_id(b: Builder, dim: int = 0):
+    return b.create("gpu.block_id", [], {"dim": dim}).result
+
+
+def thread_id(b: Builder, dim: int = 0):
+    return b.create("gpu.thread_id", [], {"dim": dim}).result
+
+
+def barrier(b: Builder) -> Operation:
+    return b.create("gpu.barrier", [])
+
+
+def shared(b: Builder, shape, element) -> object:
+    """A ``gpu.shared`` buffer of ``shape`` and ``element`` (b must insert into a launch body)."""
+    return b.create("gpu.shared", [], None, result_types=[BufferType(shape, element)]).result
