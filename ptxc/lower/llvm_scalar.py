@@ -17,6 +17,12 @@ exact (add, sub, mul, div, sqrt, comparisons, casts). Choices that keep to the r
 * float-to-int ``arith.cast`` truncates toward zero with ``llvm.fpto[su]i.sat``: NaN and
   out-of-range values (undefined in the reference: numpy's result is platform-specific) give a
   defined saturated value instead of poison.
+* On the GPU (``math_library = "libdevice"``) every math function and float ``pow`` calls
+  libdevice's ``__nv_<fn>f`` (f32) or ``__nv_<fn>`` (f64); f16 goes through the f32 function and
+  rounds back, as numpy computes f16 math in f32. NVPTX has no libm, and LLVM lowers
+  ``llvm.exp``/``llvm.log`` to approximate ``ex2``/``lg2`` instructions or leaves them as calls
+  nothing resolves; libdevice's functions are the accurate ones (tanh/erf within 2 ulp in f32).
+  ``sqrt`` stays ``llvm.sqrt`` (NVPTX: ``sqrt.rn``, correctly rounded).
 * i1 lives in memory as one byte (numpy's bool); ``and``/``or``/``not`` on non-i1 values are
   logical (0 or 1), as the reference's ``logical_and``.
 """
@@ -36,6 +42,12 @@ BOOL = ir.IntType(1)
 
 _FLOATS = {"f16": ir.HalfType(), "f32": ir.FloatType(), "f64": ir.DoubleType()}
 _FSUFFIX = {"f16": "f16", "f32": "f32", "f64": "f64"}
+#: math op -> libdevice function stem (``__nv_<stem>f`` for f32, ``__nv_<stem>`` for f64)
+#: (sqrt is not here: libdevice's ``__nv_sqrtf`` is ``sqrt.approx`` unless ``__CUDA_PREC_SQRT``
+#: reflects to 1, which LLVM 22 only takes from a process-wide option; ``llvm.sqrt`` is
+#: ``sqrt.rn``, correctly rounded as numpy's)
+_LIBDEVICE = {"exp": "exp", "log": "log", "tanh": "tanh", "erf": "erf", "abs": "fabs",
+              "floor": "floor", "ceil": "ceil"}
 
 
 def llvm_type(t: ScalarType) -> ir.Type:
@@ -80,6 +92,8 @@ class ScalarEmitter:
     b: ir.IRBuilder
     m: ir.Module
     vals: dict
+    #: "libm" (CPU: LLVM intrinsics and the C library) or "libdevice" (NVPTX: ``__nv_*``)
+    math_library = "libm"
 
     # ---- declarations -------------------------------------------------------------------------
     def declare(self, name: str, ret: ir.Type, args: list) -> ir.Function:
@@ -145,6 +159,18 @@ class ScalarEmitter:
         y = self.b.fptrunc(y, ir.FloatType())
         return y if t.name == "f32" else self.b.fptrunc(y, llvm_type(t))
 
+    def libdevice(self, name: str, args: list, t: ScalarType) -> ir.Value:
+        """libdevice's ``__nv_<name>f``/``__nv_<name>`` on f32/f64 values; f16 through f32."""
+        if t.name == "f64":
+            ty, fname = ir.DoubleType(), f"__nv_{name}"
+        else:
+            ty, fname = ir.FloatType(), f"__nv_{name}f"
+        f = self.declare(fname, ty, [ty] * len(args))
+        if t.name == "f16":
+            args = [self.b.fpext(a, ty) for a in args]
+        y = self.b.call(f, args)
+        return self.b.fptrunc(y, llvm_type(t)) if t.name == "f16" else y
+
     # ---- ops ----------------------------------------------------------------------------------
     def emit_scalar(self, op: Operation) -> None:
         args = [self.vals[v] for v in op.operands]
@@ -160,6 +186,8 @@ class ScalarEmitter:
         if not (isinstance(t, ScalarType) and t.name in _FLOATS):
             raise CompileError(f"{op.where}: no LLVM lowering for {t}")
         (x,) = args
+        if self.math_library == "libdevice" and name in _LIBDEVICE:
+            return self.libdevice(_LIBDEVICE[name], [x], t)
         if name in ("exp", "log", "sqrt", "floor", "ceil"):
             return self.intrinsic(name, t, [x])
         if name == "abs":
@@ -198,6 +226,8 @@ class ScalarEmitter:
             if name in ("max", "min"):
                 return self._float_max_min(name, x, y, t)
             if name == "pow":
+                if self.math_library == "libdevice":
+                    return self.libdevice("pow", [x, y], t)
                 return self.intrinsic("pow", t, [x, y])
         else:
             simple = {"add": b.add, "sub": b.sub, "mul": b.mul}

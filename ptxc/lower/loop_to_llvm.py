@@ -20,6 +20,23 @@ top level by pure arith/math ops (constants, usually) are re-emitted in each ker
 them. The emission declares what must be gone: every op outside the loop, arith and math
 dialects (and any element type LLVM cannot hold) is reported at once in one CompileError.
 
+**NVPTX** (``target="nvptx"``, after ``map-to-gpu``): every top-level kernel is a ``gpu.launch``
+(a top-level ``loop.parallel``/``loop.for``/``loop.copy`` is a CompileError saying to run
+map-to-gpu). Launch ``N`` becomes::
+
+    define ptx_kernel void @kernel_N(ptr addrspace(1) noalias %b0, ..., ptr addrspace(1) noalias %bK)
+
+over the same root buffers as on the CPU, in the same order, and no range arguments: the body
+runs once per thread, the launch's ``grid``/``block`` (in :class:`KernelInfo`) say how many.
+``gpu.block_id``/``gpu.thread_id`` read the ``ctaid``/``tid`` special registers (i32,
+zero-extended to ``index``); ``gpu.barrier`` is ``llvm.nvvm.barrier.cta.sync.aligned.all(0)``
+(``bar.sync 0``; LLVM 22's name, ``barrier0`` is only auto-upgraded); a ``gpu.shared`` buffer is
+an ``internal addrspace(3)`` array per kernel, aligned 16; ``loop.if`` is a conditional branch;
+math calls libdevice's ``__nv_*`` functions (declared here, linked by :mod:`ptxc.ptx`). The
+module carries ``!nvvm.annotations`` ``maxntid{x,y,z}`` = the block (ptxas then budgets registers
+for that many threads, not 1024) and the ``nvvm-reflect-ftz = 0`` module flag (libdevice keeps
+denormals, as numpy).
+
 The result is an :class:`LLVMProgram`: the module text (what ``explore --stage llvm`` shows,
 before optimization), a :class:`KernelTable` (kernels in order, their buffers, ranges; the root
 buffers with sizes and live ranges for a memory planner), and the weights of ``loop.global``.
@@ -47,6 +64,10 @@ _KERNELS = {"loop.parallel", "loop.for", "loop.copy"}
 _TOP = _KERNELS | {"loop.alloc", "loop.global", "loop.view", "func.return"}
 _INNER = {"loop.parallel", "loop.for", "loop.copy", "loop.view", "loop.load", "loop.store",
           "loop.yield"}
+# NVPTX: the only top-level kernel is a gpu.launch; these may appear inside one
+_GPU_TOP = {"gpu.launch", "loop.alloc", "loop.global", "loop.view", "func.return"}
+_GPU_INNER = _INNER | {"loop.if", "gpu.block_id", "gpu.thread_id", "gpu.barrier", "gpu.shared"}
+_TARGETS = ("cpu", "nvptx")
 
 
 def _scalar_op(name: str) -> bool:
@@ -87,7 +108,12 @@ class BufferSlot:
 class KernelInfo:
     """One kernel: its LLVM function name, its pointer arguments (indices into the table's slots,
     in order), the trip count of its outer range, whether that range may be split across
-    threads, and a rough count of its innermost iterations (``work``, for the split heuristic)."""
+    threads, and a rough count of its innermost iterations (``work``, for the split heuristic).
+
+    A GPU kernel (from a ``gpu.launch``) has ``trip_count = 1``, ``parallel = False`` and its
+    launch shape: ``grid``/``block`` (3 ints each), ``shared_bytes`` (its ``gpu.shared`` buffers,
+    each rounded up to 16 bytes) and the ``schedule`` that built it; CPU kernels leave them
+    ``None``/0."""
 
     name: str
     buffers: tuple
@@ -95,6 +121,10 @@ class KernelInfo:
     parallel: bool
     work: int
     loc: str | None = None
+    grid: tuple | None = None
+    block: tuple | None = None
+    shared_bytes: int = 0
+    schedule: str | None = None
 
 
 @attrs.frozen
@@ -115,7 +145,11 @@ class KernelTable:
     def from_json(cls, d: dict) -> "KernelTable":
         slots = tuple(BufferSlot(**{**s, "shape": tuple(s["shape"]),
                                     "strides": tuple(s["strides"])}) for s in d["slots"])
-        kernels = tuple(KernelInfo(**{**k, "buffers": tuple(k["buffers"])}) for k in d["kernels"])
+        def tup(v):
+            return None if v is None else tuple(v)
+        kernels = tuple(KernelInfo(**{**k, "buffers": tuple(k["buffers"]),
+                                      "grid": tup(k.get("grid")), "block": tup(k.get("block"))})
+                        for k in d["kernels"])
         return cls(slots, kernels, tuple(d["inputs"]), tuple(d["outputs"]))
 
 
@@ -175,6 +209,10 @@ def _op_work(op: Operation) -> int:
         n = 1
         for a, b, s in zip(lo, hi, op.attr("step") or (1,) * len(lo)):
             n *= _trip(a, b, s)
+    elif op.name == "gpu.launch":
+        n = int(np.prod(op.attributes["grid"])) * int(np.prod(op.attributes["block"]))
+    elif op.name == "loop.if":
+        n = 1
     else:
         return 1
     return n * max(1, sum(_op_work(o) for o in op.regions[0].blocks[0].ops))
@@ -182,8 +220,10 @@ def _op_work(op: Operation) -> int:
 
 # ---- legality --------------------------------------------------------------------------------
 
-def _check_legal(f: Operation) -> None:
+def _check_legal(f: Operation, target: str = "cpu") -> None:
     bad = []
+    gpu = target == "nvptx"
+    top_ok, inner_ok = (_GPU_TOP, _GPU_INNER) if gpu else (_TOP, _INNER)
 
     def note(op, why):
         bad.append(f"  {op.where}: {why}")
@@ -203,37 +243,51 @@ def _check_legal(f: Operation) -> None:
     for op in body.ops:
         if op.name == "func.return" and op.operands:
             note(op, "a loop function returns nothing (outputs are arguments)")
-        elif op.name not in _TOP and not _scalar_op(op.name):
-            note(op, "cannot be lowered at the top level of a function")
+        elif gpu and op.name in _KERNELS:
+            note(op, "a top-level loop nest is not mapped to the GPU: the nvptx target takes "
+                 "gpu.launch kernels only (run the map-to-gpu pass first)")
+            continue
+        elif op.name not in top_ok and not _scalar_op(op.name):
+            note(op, "cannot be lowered at the top level of a function"
+                 + (" for nvptx" if gpu and op.name.startswith("gpu.") else ""))
         elif op.name == "loop.for" and any(r.uses for r in op.results):
             note(op, "results of a top-level loop.for cannot be used by another kernel")
         elif why := types_ok(op):
             note(op, why)
         for inner in list(op.walk())[1:]:
-            if inner.name not in _INNER and not _scalar_op(inner.name):
-                note(inner, "cannot be lowered inside a loop nest")
+            if inner.name not in inner_ok and not _scalar_op(inner.name):
+                note(inner, "cannot be lowered inside a "
+                     + ("gpu.launch" if op.name == "gpu.launch" else "loop nest"))
+            elif inner.name == "gpu.shared" and inner.parent_op is not op:
+                note(inner, "gpu.shared must be directly in the body of its gpu.launch")
             elif why := types_ok(inner):
                 note(inner, why)
     if bad:
-        raise CompileError(f"loop-to-llvm: {len(bad)} op(s) cannot be lowered:\n" + "\n".join(bad))
+        raise CompileError(f"loop-to-llvm ({target}): {len(bad)} op(s) cannot be lowered:\n"
+                           + "\n".join(bad))
 
 
 # ---- kernels -------------------------------------------------------------------------------
 
 class _Kernel(ScalarEmitter):
-    """Emits one kernel function."""
+    """Emits one kernel function (CPU: pointer arguments and the ``begin``/``end`` range)."""
+
+    gpu = False
+    addrspace = 0
 
     def __init__(self, module: ir.Module, name: str, roots: list, top_scalars: list):
         self.m = module
-        ptr = ir.PointerType()
-        fty = ir.FunctionType(ir.VoidType(), [ptr] * len(roots) + [I64, I64])
+        ptr = ir.PointerType(addrspace=self.addrspace)
+        extra = [] if self.gpu else [I64, I64]
+        fty = ir.FunctionType(ir.VoidType(), [ptr] * len(roots) + extra)
         self.fn = ir.Function(module, fty, name)
         self.fn.attributes.add("nounwind")
         for i, a in enumerate(self.fn.args[:len(roots)]):
             a.name = f"b{i}"
             a.add_attribute("noalias")
-        self.begin, self.end = self.fn.args[-2], self.fn.args[-1]
-        self.begin.name, self.end.name = "begin", "end"
+        if not self.gpu:
+            self.begin, self.end = self.fn.args[-2], self.fn.args[-1]
+            self.begin.name, self.end.name = "begin", "end"
         self.ptrs = dict(zip(roots, self.fn.args))
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         self.vals: dict = {}
@@ -380,8 +434,10 @@ class _Kernel(ScalarEmitter):
             lin = off if lin is None else b.add(lin, off, flags=["nsw"])
         if lin is None:
             lin = ir.Constant(I64, 0)
-        return b.gep(self.ptrs[_root(buf)], [lin], inbounds=True,
-                     source_etype=memory_type(t.element))
+        base = self.ptrs[_root(buf)]
+        if isinstance(base, ir.GlobalVariable):  # a gpu.shared array: index into it
+            return b.gep(base, [ir.Constant(I64, 0), lin], inbounds=True)
+        return b.gep(base, [lin], inbounds=True, source_etype=memory_type(t.element))
 
     def store(self, v: ir.Value, buf: Value, indices) -> None:
         el = buf.type.element
@@ -391,6 +447,63 @@ class _Kernel(ScalarEmitter):
 
     def finish(self) -> None:
         self.b.ret_void()
+
+
+_SREG = {"gpu.block_id": "ctaid", "gpu.thread_id": "tid"}
+_BARRIER = "llvm.nvvm.barrier.cta.sync.aligned.all"  # bar.sync 0 (LLVM 22; was barrier0)
+
+
+class _GpuKernel(_Kernel):
+    """Emits one ``gpu.launch`` as a ``ptx_kernel``: its body once, per thread; global buffers in
+    address space 1, ``gpu.shared`` arrays in address space 3; math through libdevice."""
+
+    gpu = True
+    addrspace = 1
+    math_library = "libdevice"
+
+    def __init__(self, module: ir.Module, name: str, roots: list, top_scalars: list):
+        super().__init__(module, name, roots, top_scalars)
+        self.fn.calling_convention = "ptx_kernel"
+        self.shared_bytes = 0
+        self.n_shared = 0
+
+    def emit(self, op: Operation) -> None:
+        name = op.name
+        if name in _SREG:
+            dim = op.attributes["dim"]
+            reg = f"llvm.nvvm.read.ptx.sreg.{_SREG[name]}.{'xyz'[dim]}"
+            v = self.b.call(self.declare(reg, ir.IntType(32), []), [])
+            self.vals[op.results[0]] = self.b.zext(v, I64)
+        elif name == "gpu.barrier":
+            i32 = ir.IntType(32)
+            self.b.call(self.declare(_BARRIER, ir.VoidType(), [i32]), [ir.Constant(i32, 0)])
+        elif name == "gpu.shared":
+            self.shared(op)
+        elif name == "loop.if":
+            self.if_(op)
+        else:
+            super().emit(op)
+
+    def shared(self, op: Operation) -> None:
+        t: BufferType = op.results[0].type
+        n = max(1, t.span)
+        ty = ir.ArrayType(memory_type(t.element), n)
+        g = ir.GlobalVariable(self.m, ty, f"{self.fn.name}.shared{self.n_shared}", addrspace=3)
+        self.n_shared += 1
+        g.linkage = "internal"
+        g.align = 16
+        g.initializer = ir.Constant(ty, ir.Undefined)  # contents undefined at start (spec)
+        self.ptrs[op.results[0]] = g
+        self.shared_bytes += -(-n * np.dtype(t.element.np_dtype).itemsize // 16) * 16
+
+    def if_(self, op: Operation) -> None:
+        then = self.fn.append_basic_block("then")
+        after = self.fn.append_basic_block("endif")
+        self.b.cbranch(self.vals[op.operands[0]], then, after)
+        self.b.position_at_end(then)
+        self.block(op.regions[0].blocks[0], [])
+        self.b.branch(after)
+        self.b.position_at_end(after)
 
 
 def _top_scalars(kernel: Operation) -> list[Operation]:
@@ -418,14 +531,21 @@ def _top_scalars(kernel: Operation) -> list[Operation]:
 
 
 def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None = None,
-                       data_layout: str | None = None) -> LLVMProgram:
-    """Emit ``func`` of a loop-dialect ``module`` as LLVM IR; see the module docstring."""
+                       data_layout: str | None = None, target: str = "cpu") -> LLVMProgram:
+    """Emit ``func`` of a loop-dialect ``module`` as LLVM IR; see the module docstring.
+    ``target`` is ``"cpu"`` (triple and layout default to the host's) or ``"nvptx"`` (default
+    ``nvptx64-nvidia-cuda`` and the NVPTX layout; kernels from ``gpu.launch`` ops)."""
+    if target not in _TARGETS:
+        raise CompileError(f"loop-to-llvm: unknown target {target!r} (known: {list(_TARGETS)})")
     try:
         f = get_func(module, func)
     except KeyError:
         raise CompileError(f"loop-to-llvm: module has no function {func!r}") from None
-    _check_legal(f)
-    if triple is None:
+    _check_legal(f, target)
+    if target == "nvptx" and triple is None:
+        from ..ptx.target import NVPTX_TRIPLE, nvptx_data_layout
+        triple, data_layout = NVPTX_TRIPLE, data_layout or nvptx_data_layout()
+    elif triple is None:
         triple, host_layout = host_target()
         data_layout = data_layout or host_layout
     m = ir.Module(name=f"ptxc.{func}")
@@ -466,8 +586,10 @@ def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None
             add_slot(op.results[0], "global", name)
             global_slot[name] = (slot_of[op.results[0]], value)
             globals_[name] = value.array
-        elif op.name in _KERNELS:
+        elif op.name in _KERNELS or op.name == "gpu.launch":
             kernels.append(_emit_kernel(m, op, len(kernels), slot_of, slots))
+    if target == "nvptx":
+        _nvptx_metadata(m, kernels)
     table = KernelTable(tuple(BufferSlot(**s) for s in slots), tuple(kernels),
                         tuple(n for n in names if n not in output_names(f)),
                         tuple(output_names(f)))
@@ -483,12 +605,20 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
         for v in inner.operands:
             if isinstance(v.type, BufferType):
                 r = _root(v)
-                if r not in roots:
+                if r not in roots and r in slot_of:  # gpu.shared buffers are no arguments
                     roots.append(r)
     for r in roots:
         s = slots[slot_of[r]]
         s["first"] = index if s["first"] < 0 else s["first"]
         s["last"] = index
+    if op.name == "gpu.launch":
+        k = _GpuKernel(m, f"kernel_{index}", roots, _top_scalars(op))
+        k.block(op.regions[0].blocks[0], [])
+        k.finish()
+        return KernelInfo(k.fn.name, tuple(slot_of[r] for r in roots), 1, False, _op_work(op),
+                          op.loc, grid=tuple(op.attributes["grid"]),
+                          block=tuple(op.attributes["block"]), shared_bytes=k.shared_bytes,
+                          schedule=op.attributes.get("schedule"))
     k = _Kernel(m, f"kernel_{index}", roots, _top_scalars(op))
     if op.name == "loop.parallel":
         lo, hi = op.attributes["lower"], op.attributes["upper"]
@@ -508,6 +638,20 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
     k.finish()
     return KernelInfo(k.fn.name, tuple(slot_of[r] for r in roots), trip, parallel,
                       _op_work(op), op.loc)
+
+
+def _nvptx_metadata(m: ir.Module, kernels: list) -> None:
+    """``maxntid{x,y,z}`` of every kernel (its block) in ``!nvvm.annotations``, and the
+    ``nvvm-reflect-ftz = 0`` module flag libdevice's ``__nvvm_reflect`` reads."""
+    i32 = ir.IntType(32)
+    for k in kernels:
+        fn = m.get_global(k.name)
+        for axis, n in zip("xyz", k.block):
+            m.add_named_metadata("nvvm.annotations",
+                                 [fn, ir.MetaDataString(m, f"maxntid{axis}"), ir.Constant(i32, n)])
+    m.add_named_metadata("llvm.module.flags", [ir.Constant(i32, 4),  # 4: Override
+                                               ir.MetaDataString(m, "nvvm-reflect-ftz"),
+                                               ir.Constant(i32, 0)])
 
 
 def _verify_text(text: str) -> None:

@@ -1,0 +1,103 @@
+"""PTX for a mapped loop program: loop (after ``map-to-gpu``) → LLVM IR for NVPTX → libdevice
+linked → NVPTX O3 → PTX text.
+
+    prog = lower_to_ptx(loop_module)            # a PtxProgram: .ptx, .arch, .table, .globals
+    report = assemble(prog.ptx, prog.arch)      # ptxas -v: registers/spills per kernel
+
+* :func:`lower_to_ptx` emits the kernels with
+  :func:`~ptxc.lower.loop_to_llvm.lower_loop_to_llvm` (``target="nvptx"``), links libdevice when
+  a kernel calls it (:mod:`.libdevice`), makes everything but the kernels internal, runs LLVM's
+  O3 pipeline built for the NVPTX target machine (which adds NVVMReflect, so libdevice's
+  ``__nvvm_reflect`` branches fold away), drops what is unused and prints PTX.
+* :func:`default_arch`, :func:`~.target.target_machine`: the arch (``PTXC_CUDA_ARCH``, the
+  current GPU, else ``sm_90``) and its target machine.
+* :func:`ptxas_path`, :func:`assemble`: the PTX assembler, to check PTX and read resources on a
+  machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from ..errors import CompileError
+from ..ir.core import Operation
+from ..lower.loop_to_llvm import KernelTable, lower_loop_to_llvm
+from .libdevice import find_libdevice, link_libdevice
+from .ptxas import KernelResources, PtxasReport, assemble, parse_report, ptxas_path
+from .target import (NVPTX_TRIPLE, check_arch, default_arch, nvptx_data_layout, ptx_features,
+                     target_machine)
+
+__all__ = ["PtxProgram", "lower_to_ptx", "optimize_nvptx", "default_arch", "ptxas_path",
+           "assemble", "PtxasReport", "KernelResources", "parse_report", "find_libdevice",
+           "target_machine", "NVPTX_TRIPLE", "nvptx_data_layout", "ptx_features", "check_arch"]
+
+
+@attrs.define
+class PtxProgram:
+    """PTX text for one arch, the LLVM IR it came from (before libdevice and optimization: what
+    ``explore --stage llvm`` shows), the kernel table (grid/block/shared bytes per kernel, the
+    root buffers) and the weights of ``loop.global`` ops."""
+
+    ptx: str
+    arch: str
+    llvm_text: str
+    table: KernelTable
+    globals: dict  # global name -> read-only numpy array
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return [k.name for k in self.table.kernels]
+
+
+def optimize_nvptx(text: str, arch: str, opt_level: int = 3, kernels=()):
+    """Parse NVPTX LLVM IR, link libdevice, internalize all but ``kernels`` and optimize;
+    returns the llvmlite module."""
+    import llvmlite.binding as llvm
+    tm = target_machine(arch)
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+    except RuntimeError as e:
+        raise CompileError(f"ptx: invalid LLVM IR: {e}") from None
+    link_libdevice(mod)
+    keep = set(kernels)
+    for f in mod.functions:
+        if not f.is_declaration and f.name not in keep:
+            f.linkage = "internal"
+    for g in mod.global_variables:
+        if not g.is_declaration:
+            g.linkage = "internal"
+    pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+    pto.loop_vectorization = False  # NVPTX: one thread is scalar; vectors only cost registers
+    pto.slp_vectorization = opt_level >= 2  # pairs of loads/stores become ld.v2/v4
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    # whatever O3 left unreferenced (all of libdevice at O0/O1) goes before printing
+    cleanup = llvm.create_new_module_pass_manager()
+    cleanup.add_global_dead_code_eliminate_pass()
+    cleanup.add_strip_dead_prototype_pass()
+    cleanup.run(mod, pb)
+    try:
+        mod.verify()
+    except RuntimeError as e:
+        raise CompileError(f"ptx: optimization produced invalid LLVM IR: {e}") from None
+    return mod
+
+
+def lower_to_ptx(loop_module: Operation, func: str = "main", arch: str | None = None,
+                 opt_level: int = 3) -> PtxProgram:
+    """PTX of ``func`` of a mapped loop module (every kernel a ``gpu.launch``); see the module
+    docstring. A top-level nest that is not mapped is a CompileError (run ``map-to-gpu``);
+    missing libdevice is a CompileError saying where it was looked for."""
+    arch = check_arch(arch or default_arch())
+    if not 0 <= opt_level <= 3:
+        raise CompileError(f"ptx: opt_level must be 0..3, is {opt_level}")
+    prog = lower_loop_to_llvm(loop_module, func, target="nvptx")
+    names = [k.name for k in prog.table.kernels]
+    mod = optimize_nvptx(prog.text, arch, opt_level, names)
+    ptx = target_machine(arch).emit_assembly(mod)
+    if "__nvvm_reflect" in ptx:
+        raise CompileError("ptx: __nvvm_reflect survived optimization (NVVMReflect did not run)")
+    return PtxProgram(ptx, arch, prog.text, prog.table,
+                      {k: np.asarray(v) for k, v in prog.globals.items()})

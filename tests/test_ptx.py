@@ -1,0 +1,368 @@
+"""loop (gpu.launch) -> LLVM IR for NVPTX -> libdevice -> O3 -> PTX -> ptxas.
+
+Hand-written launches (thread/block ids on every axis, a shared-memory tree sum with barriers,
+loop.if guards, every math op in f32/f64/f16, casts and integer ops) lower to PTX that ptxas
+assembles; the same modules run in the interpreter give numpy's answer, so what is assembled is a
+correct program. Mapped modules (the light models and random graphs through ``map-to-gpu``) are
+in the second half. The kernel table carries each launch's grid, block, shared bytes and
+schedule. Without a GPU nothing here runs PTX; tests marked ``gpu`` do, on the device machine.
+"""
+
+import re
+
+import numpy as np
+import pytest
+
+from ptxc.dialects import gpu
+from ptxc.dialects.loop import for_loop, if_op, parallel_loop, run_main
+from ptxc.errors import CompileError
+from ptxc.ir.types import F16, F32, F64, I1, I8, I32, I64, INDEX
+from ptxc.lower.loop_to_llvm import KernelTable, lower_loop_to_llvm
+from ptxc.ptx import (PtxProgram, assemble, default_arch, lower_to_ptx, parse_report,
+                      ptxas_path)
+from test_loop_dialect import buf, c, load, module, op, store
+
+needs_ptxas = pytest.mark.skipif(ptxas_path() is None,
+                                 reason="ptxas (CUDA toolkit) is not installed on this machine")
+
+ARCH = "sm_90"
+
+
+def idx(b, v):
+    return c(b, v, INDEX)
+
+
+def lin_id(b, block):
+    """block_id.x * block + thread_id.x"""
+    return op(b, "arith.add", op(b, "arith.mul", gpu.block_id(b, 0), idx(b, block)),
+              gpu.thread_id(b, 0))
+
+
+# ---- hand-written launches ----------------------------------------------------------------
+
+def block_sum(n=1000, block=256):
+    """y[b] = sum of x over block b's 256 elements: a shared-memory tree with barriers, the
+    load guarded by loop.if (i < n), the result written by thread 0 only."""
+    blocks = -(-n // block)
+
+    def body(b, x, y):
+        _, k = gpu.launch_op(b, (blocks, 1, 1), (block, 1, 1), "handmade")
+        sh = gpu.shared(k, (block,), F32)
+        t = gpu.thread_id(k, 0)
+        i = lin_id(k, block)
+        store(k, c(k, 0.0), sh, t)
+        _, g = if_op(k, op(k, "arith.cmp", i, idx(k, n), predicate="lt"))
+        store(g, load(g, x, i), sh, t)
+        gpu.barrier(k)
+        s = block // 2
+        while s:
+            _, g = if_op(k, op(k, "arith.cmp", t, idx(k, s), predicate="lt"))
+            store(g, op(g, "arith.add", load(g, sh, t),
+                        load(g, sh, op(g, "arith.add", t, idx(g, s)))), sh, t)
+            gpu.barrier(k)
+            s //= 2
+        _, g = if_op(k, op(k, "arith.cmp", t, idx(k, 0), predicate="eq"))
+        store(g, load(g, sh, idx(g, 0)), y, gpu.block_id(g, 0))
+    m = module({"x": buf((n,)), "y": buf((blocks,))}, ["y"], body)
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    return m, {"x": x}
+
+
+def all_ids(grid=(2, 3, 2), block=(4, 2, 2)):
+    """out[bx, by, bz, tx, ty, tz] = a code of every id: each axis of ctaid and tid is read."""
+    shape = tuple(grid) + tuple(block)
+
+    def body(b, out):
+        _, k = gpu.launch_op(b, grid, block, "handmade")
+        ids = [gpu.block_id(k, d) for d in range(3)] + [gpu.thread_id(k, d) for d in range(3)]
+        code = idx(k, 0)
+        for v in ids:
+            code = op(k, "arith.add", op(k, "arith.mul", code, idx(k, 10)), v)
+        store(k, op(k, "arith.cast", code, to=I32), out, *ids)
+    m = module({"out": buf(shape, I32)}, ["out"], body)
+    return m, {}
+
+
+def pointwise(fn, el, n=300, block=128, binary=False):
+    """y[i] = fn(x[i]) (or fn(x[i], z[i])) for i < n, one thread per element."""
+    def body(b, x, z, y):
+        _, k = gpu.launch_op(b, (-(-n // block), 1, 1), (block, 1, 1), "pointwise")
+        i = lin_id(k, block)
+        _, g = if_op(k, op(k, "arith.cmp", i, idx(k, n), predicate="lt"))
+        args = [load(g, x, i)] + ([load(g, z, i)] if binary else [])
+        store(g, fn(g, *args), y, i)
+    return module({"x": buf((n,), el), "z": buf((n,), el), "y": buf((n,), el)}, ["y"], body)
+
+
+MATH = ["exp", "log", "tanh", "erf", "sqrt", "abs", "floor", "ceil"]
+
+
+def all_math(el, n=300, block=128):
+    """One kernel per math op and one for pow, on ``el``."""
+    def body(b, x, z, *ys):
+        for name, y in zip(MATH + ["pow"], ys):
+            _, k = gpu.launch_op(b, (-(-n // block), 1, 1), (block, 1, 1), name)
+            i = lin_id(k, block)
+            _, g = if_op(k, op(k, "arith.cmp", i, idx(k, n), predicate="lt"))
+            xv = load(g, x, i)
+            v = (op(g, "arith.pow", xv, load(g, z, i)) if name == "pow"
+                 else op(g, f"math.{name}", xv))
+            store(g, v, y, i)
+    args = {"x": buf((n,), el), "z": buf((n,), el)}
+    args.update({f"y_{name}": buf((n,), el) for name in MATH + ["pow"]})
+    m = module(args, [a for a in args if a.startswith("y_")], body)
+    rng = np.random.default_rng(1)
+    x = (rng.random(n) * 4 + 0.01).astype(el.np_dtype)
+    z = (rng.standard_normal(n) * 2).astype(el.np_dtype)
+    return m, {"x": x, "z": z}
+
+
+def mixed_types(n=257, block=64):
+    """f16 loads and stores, f16->f32 math, int division, float->int casts, i1 in memory, i8,
+    a loop.for with a carried value, a top-level constant read inside the launch."""
+    def body(b, h, q, f, ib, y16, yi, yb, y8):
+        three = c(b, 3, I64)  # top level: re-emitted in the kernel
+        _, k = gpu.launch_op(b, (-(-n // block), 1, 1), (block, 1, 1), "pointwise")
+        i = lin_id(k, block)
+        _, g = if_op(k, op(k, "arith.cmp", i, idx(k, n), predicate="lt"))
+        hv = load(g, h, i)
+        e = op(g, "math.exp", op(g, "arith.cast", hv, to=F32))
+        loop, fb, kk, (acc,) = for_loop(g, 0, 4, inits=[hv])
+        fb.create("loop.yield", [op(fb, "arith.add", acc, load(fb, h, i))])
+        store(g, op(g, "arith.add", op(g, "arith.cast", e, to=F16), loop.results[0]), y16, i)
+        qv = load(g, q, i)
+        store(g, op(g, "arith.add", op(g, "arith.div", qv, three),
+                    op(g, "arith.cast", load(g, f, i), to=I64)), yi, i)
+        bv = op(g, "arith.and", load(g, ib, i), op(g, "arith.cmp", qv, c(g, 0, I64),
+                                                   predicate="gt"))
+        store(g, bv, yb, i)
+        store(g, op(g, "arith.cast", qv, to=I8), y8, i)
+    m = module({"h": buf((n,), F16), "q": buf((n,), I64), "f": buf((n,), F32),
+                "ib": buf((n,), I1), "y16": buf((n,), F16), "yi": buf((n,), I64),
+                "yb": buf((n,), I1), "y8": buf((n,), I8)}, ["y16", "yi", "yb", "y8"], body)
+    rng = np.random.default_rng(2)
+    return m, {"h": rng.standard_normal(n).astype(np.float16),
+               "q": rng.integers(-1000, 1000, n), "f": (rng.standard_normal(n) * 100
+                                                        ).astype(np.float32),
+               "ib": rng.random(n) < 0.5}
+
+
+def two_launches_and_weights():
+    """A scratch buffer written by one launch and read by the next, and a weight."""
+    from ptxc.ir import DenseElements
+    n = 64
+
+    def body(b, x, y):
+        w = b.create("loop.global", [], {"name": "w", "value": DenseElements(
+            np.arange(n, dtype=np.float32))}, result_types=[buf((n,))]).result
+        t = b.create("loop.alloc", [], None, result_types=[buf((n,))]).result
+        _, k = gpu.launch_op(b, (1, 1, 1), (n, 1, 1), "pointwise")
+        i = gpu.thread_id(k, 0)
+        store(k, op(k, "arith.mul", load(k, x, i), load(k, w, i)), t, i)
+        _, k = gpu.launch_op(b, (2, 1, 1), (n // 2, 1, 1), "pointwise")
+        j = lin_id(k, n // 2)
+        store(k, op(k, "arith.add", load(k, t, j), c(k, 1.0)), y, j)
+    m = module({"x": buf((n,)), "y": buf((n,))}, ["y"], body)
+    return m, {"x": np.random.default_rng(3).standard_normal(n).astype(np.float32)}
+
+
+# ---- the hand-written launches: interpreter, LLVM, PTX, ptxas ----------------------------------
+
+def test_block_sum_interprets_and_lowers():
+    m, inputs = block_sum()
+    got = run_main(m, inputs)["y"]
+    x = np.concatenate([inputs["x"], np.zeros(24, np.float32)]).reshape(4, 256)
+    np.testing.assert_allclose(got, x.sum(1), rtol=1e-5, atol=1e-5)
+    prog = lower_loop_to_llvm(m, target="nvptx")
+    text = prog.text
+    assert 'define ptx_kernel void @"kernel_0"(ptr addrspace(1) noalias %"b0", ' \
+           'ptr addrspace(1) noalias %"b1")' in text
+    assert "internal addrspace(3) global [256 x float] undef, align 16" in text
+    assert "llvm.nvvm.barrier.cta.sync.aligned.all" in text
+    assert "llvm.nvvm.read.ptx.sreg.ctaid.x" in text and "llvm.nvvm.read.ptx.sreg.tid.x" in text
+    assert '!"maxntidx", i32 256' in text and '!"nvvm-reflect-ftz", i32 0' in text
+    (k,) = prog.table.kernels
+    assert (k.name, k.grid, k.block, k.shared_bytes, k.schedule) == \
+        ("kernel_0", (4, 1, 1), (256, 1, 1), 1024, "handmade")
+    assert k.trip_count == 1 and not k.parallel and k.buffers == (0, 1)
+    assert KernelTable.from_json(prog.table.to_json()) == prog.table
+
+
+@needs_ptxas
+def test_block_sum_assembles():
+    m, _ = block_sum()
+    p = lower_to_ptx(m, arch=ARCH)
+    assert isinstance(p, PtxProgram) and p.arch == ARCH and p.kernel_names == ["kernel_0"]
+    assert ".visible .entry kernel_0(" in p.ptx and ".maxntid 256, 1, 1" in p.ptx
+    assert "bar.sync" in p.ptx and ".shared .align 16" in p.ptx
+    assert "ld.global.nc" in p.ptx  # x is read-only and noalias: the read-only data cache
+    rep = assemble(p.ptx, ARCH)
+    r = rep.kernels["kernel_0"]
+    assert r.shared_bytes == 1024 and r.barriers == 1 and r.spill_stores == 0
+    assert 0 < r.registers <= 64
+
+
+@needs_ptxas
+def test_every_id_axis():
+    m, _ = all_ids()
+    got = run_main(m, {})["out"]
+    g = np.indices(got.shape)
+    want = sum(g[d] * 10 ** (5 - d) for d in range(6))
+    np.testing.assert_array_equal(got, want)
+    p = lower_to_ptx(m, arch=ARCH)
+    for reg in ("ctaid.x", "ctaid.y", "ctaid.z", "tid.x", "tid.y", "tid.z"):
+        assert f"%{reg}" in p.ptx, reg
+    assert ".maxntid 4, 2, 2" in p.ptx
+    (k,) = p.table.kernels
+    assert k.grid == (2, 3, 2) and k.block == (4, 2, 2) and k.shared_bytes == 0
+    assemble(p.ptx, ARCH)
+
+
+def _calls(ptx: str) -> set[str]:
+    return set(re.findall(r"^\s*call(?:\.uni)?\s+(?:\([^)]*\),\s*)?(\w+)", ptx, re.M))
+
+
+@needs_ptxas
+@pytest.mark.parametrize("el", [F32, F64, F16], ids=str)
+def test_every_math_op_assembles(el):
+    m, inputs = all_math(el)
+    want = run_main(m, inputs)  # the module is a correct program
+    assert set(want) == {f"y_{n}" for n in MATH + ["pow"]}
+    prog = lower_loop_to_llvm(m, target="nvptx")
+    suffix = "" if el == F64 else "f"
+    for name in MATH:
+        if name == "sqrt":  # llvm.sqrt is sqrt.rn; libdevice's is approximate by default
+            assert "@\"llvm.sqrt." in prog.text and "__nv_sqrt" not in prog.text
+            continue
+        stem = "fabs" if name == "abs" else name
+        assert f'@"__nv_{stem}{suffix}"' in prog.text, name
+    assert f'@"__nv_pow{suffix}"' in prog.text
+    p = lower_to_ptx(m, arch=ARCH)
+    assert len(p.table.kernels) == 9 and [k.schedule for k in p.table.kernels] == MATH + ["pow"]
+    # libdevice is inlined, reflect folded, nothing of it left behind
+    assert "__nvvm_reflect" not in p.ptx and "__nv_" not in p.ptx
+    # what is not inlined (pow's big internal helpers) is defined in the module, not external
+    for callee in _calls(p.ptx):
+        assert re.search(rf"\.func .*\b{callee}\(", p.ptx) and ".extern" not in p.ptx, callee
+    assert p.ptx.count(".entry") == 9
+    if el == F32:  # f32 math stays f32 (no f64 detour), sqrt correctly rounded
+        assert ".f64" not in p.ptx and "sqrt.rn.f32" in p.ptx and "sqrt.approx" not in p.ptx
+    rep = assemble(p.ptx, ARCH)
+    assert sorted(rep.kernels) == sorted(p.kernel_names)
+    assert all(r.spill_stores == 0 and r.stack_bytes == 0 for r in rep.kernels.values())
+
+
+@needs_ptxas
+def test_types_casts_and_top_level_scalars():
+    m, inputs = mixed_types()
+    want = run_main(m, inputs)
+    np.testing.assert_array_equal(want["yi"], np.trunc(inputs["q"] / 3).astype(np.int64)
+                                  + np.trunc(inputs["f"]).astype(np.int64))
+    np.testing.assert_array_equal(want["yb"], inputs["ib"] & (inputs["q"] > 0))
+    p = lower_to_ptx(m, arch=ARCH)
+    assert "ld.global.nc.b16" in p.ptx or "ld.global.nc.u16" in p.ptx or \
+        "ld.global.nc.f16" in p.ptx  # f16 loads are 16-bit
+    assert "cvt.rn.f16.f32" in p.ptx and "st.global.b8" in p.ptx or "st.global.u8" in p.ptx
+    assemble(p.ptx, ARCH)
+
+
+@needs_ptxas
+def test_kernel_table_of_two_launches():
+    m, inputs = two_launches_and_weights()
+    want = run_main(m, inputs)["y"]
+    np.testing.assert_allclose(want, inputs["x"] * np.arange(64) + 1, rtol=1e-6)
+    p = lower_to_ptx(m, arch=ARCH)
+    t = p.table
+    assert [k.name for k in t.kernels] == ["kernel_0", "kernel_1"]
+    assert [(k.grid, k.block) for k in t.kernels] == [((1, 1, 1), (64, 1, 1)),
+                                                      ((2, 1, 1), (32, 1, 1))]
+    assert [s.kind for s in t.slots] == ["arg", "arg", "global", "alloc"]
+    assert [k.buffers for k in t.kernels] == [(0, 2, 3), (3, 1)]
+    assert [(s.first, s.last) for s in t.slots] == [(0, 0), (1, 1), (0, 0), (0, 1)]
+    assert set(p.globals) == {"w"} and p.globals["w"][5] == 5
+    assert KernelTable.from_json(t.to_json()) == t
+    assert "define ptx_kernel" in p.llvm_text and ".entry kernel_1(" in p.ptx
+    assemble(p.ptx, ARCH)
+
+
+# ---- errors ------------------------------------------------------------------------------------
+
+def test_an_unmapped_nest_is_a_compile_error():
+    def body(b, x, y):
+        _, p, (i,) = parallel_loop(b, (0,), (8,), loc="relu_1")
+        store(p, load(p, x, i), y, i)
+    m = module({"x": buf((8,)), "y": buf((8,))}, ["y"], body)
+    with pytest.raises(CompileError, match=r"loop.parallel.*relu_1.*map-to-gpu"):
+        lower_loop_to_llvm(m, target="nvptx")
+    with pytest.raises(CompileError, match="map-to-gpu"):
+        lower_to_ptx(m, arch=ARCH)
+    with pytest.raises(CompileError, match="unknown target"):
+        lower_loop_to_llvm(m, target="amdgpu")
+    # and the CPU path refuses a launch
+    m2, _ = block_sum()
+    with pytest.raises(CompileError, match="gpu.launch"):
+        lower_loop_to_llvm(m2)
+
+
+def test_missing_libdevice_says_where_it_looked(monkeypatch, tmp_path):
+    from ptxc.ptx import libdevice
+    monkeypatch.setenv("PTXC_LIBDEVICE", str(tmp_path / "nope.bc"))
+    with pytest.raises(CompileError, match=r"PTXC_LIBDEVICE.*nope.bc"):
+        libdevice.find_libdevice()
+    monkeypatch.delenv("PTXC_LIBDEVICE")
+    monkeypatch.setattr(libdevice, "_candidates", lambda: iter([("$CUDA_HOME=None", None),
+                                                                ("numba-cuda", None)]))
+    with pytest.raises(CompileError, match=r"libdevice.*not found.*CUDA_HOME.*numba-cuda"):
+        lower_to_ptx(all_math(F32)[0], arch=ARCH)
+    # a module that calls no math does not need it
+    assert ".entry kernel_0" in lower_to_ptx(block_sum()[0], arch=ARCH).ptx
+
+
+def test_arch_and_defaults(monkeypatch):
+    monkeypatch.setenv("PTXC_CUDA_ARCH", "sm_80")
+    assert default_arch() == "sm_80"
+    monkeypatch.setenv("PTXC_CUDA_ARCH", "volta")
+    with pytest.raises(CompileError, match="volta"):
+        default_arch()
+    monkeypatch.delenv("PTXC_CUDA_ARCH")
+    assert re.fullmatch(r"sm_\d+", default_arch())
+    p = lower_to_ptx(block_sum()[0], arch="sm_80")
+    assert ".target sm_80" in p.ptx and ".version 8.0" in p.ptx
+    with pytest.raises(CompileError, match="opt_level"):
+        lower_to_ptx(block_sum()[0], arch=ARCH, opt_level=5)
+
+
+@needs_ptxas
+def test_opt_levels_all_assemble():
+    m, _ = all_math(F32)
+    for level in (0, 1, 2):
+        p = lower_to_ptx(m, arch=ARCH, opt_level=level)
+        assert "__nvvm_reflect" not in p.ptx
+        assemble(p.ptx, ARCH)
+
+
+@needs_ptxas
+def test_ptxas_rejects_bad_ptx_with_its_message():
+    p = lower_to_ptx(block_sum()[0], arch=ARCH)
+    bad = p.ptx.replace("bar.sync", "bar.snyc")
+    with pytest.raises(CompileError, match=r"ptxas.*rejected"):
+        assemble(bad, ARCH)
+
+
+def test_ptxas_report_parsing():
+    log = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'kernel_0' for 'sm_90'
+ptxas info    : Function properties for kernel_0
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem, 368 bytes cmem[0]
+ptxas info    : Compiling entry function 'kernel_1' for 'sm_90'
+ptxas info    : Function properties for kernel_1
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 8 registers, used 0 barriers, 360 bytes cmem[0]
+"""
+    rep = parse_report(log, "sm_90")
+    k0, k1 = rep.kernels["kernel_0"], rep.kernels["kernel_1"]
+    assert (k0.registers, k0.shared_bytes, k0.stack_bytes, k0.spill_stores, k0.spill_loads,
+            k0.barriers) == (40, 2048, 8, 4, 12, 1)
+    assert (k1.registers, k1.shared_bytes, k1.spill_loads) == (8, 0, 0)
+    assert rep.spills == 16
