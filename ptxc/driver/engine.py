@@ -7,17 +7,31 @@
     engine.timings                       # seconds per compile stage
     engine.save("model.plan")            # a plan file; ptxc.load("model.plan") reads it back
 
+    engine = ptxc.compile("model.onnx", target="cuda")   # builds without a GPU; runs on one
+    engine.ptx                           # the PTX text
+    engine.run_device({"data": dx})      # device arrays in, fresh numba device arrays out
+    engine.cuda_graph = False            # launch kernel by kernel instead of one CUDA graph
+
 A wrong input name, shape or dtype is a BindingError naming the binding and what it expects.
+The runtimes are :mod:`ptxc.driver.cpu` and :mod:`ptxc.driver.cuda`; both place the scratch
+buffers with the same static memory plan (:mod:`ptxc.driver.memory_plan`).
 """
 
 from __future__ import annotations
 
 import time
 
-from ..errors import BindingError
+from ..errors import BindingError, DeviceError
 from ..ir.core import Operation
 from ..ir.interpreter import check_inputs
 from ..ir.types import TensorType
+
+
+def _bindings(table) -> tuple[dict, dict]:
+    """(inputs, outputs): name -> TensorType of a kernel table's argument slots, in order."""
+    slots = {s.name: s for s in table.slots if s.kind == "arg"}
+    tensor = lambda n: TensorType(slots[n].shape, slots[n].type.element)  # noqa: E731
+    return ({n: tensor(n) for n in table.inputs}, {n: tensor(n) for n in table.outputs})
 
 
 class Engine:
@@ -31,6 +45,7 @@ class Engine:
         self.llvm_text = llvm_text
         self.kernels = kernels
         self.memory_plan = None   # a MemoryPlan when the runtime uses the planned arena
+        self.precision = "fp32"
 
     @classmethod
     def for_cpu(cls, loop_module: Operation, timings: dict | None = None, threads=None):
@@ -53,22 +68,84 @@ class Engine:
         kwargs = {} if threads is None else {"threads": threads}
         cpu = CpuProgram(program, allocator=ArenaAllocator(plan=plan), **kwargs)
         timings["jit"] = time.perf_counter() - t0
-        slots = {s.name: s for s in program.table.slots if s.kind == "arg"}
-        tensor = lambda n: TensorType(slots[n].shape, slots[n].type.element)  # noqa: E731
-        inputs = {n: tensor(n) for n in program.table.inputs}
-        outputs = {n: tensor(n) for n in program.table.outputs}
-        engine = cls("cpu", cpu, inputs, outputs, timings, program.text, program.table)
+        engine = cls("cpu", cpu, *_bindings(program.table), timings, program.text,
+                     program.table)
         engine.memory_plan = plan
         return engine
 
+    @classmethod
+    def for_cuda(cls, loop_module: Operation, timings: dict | None = None, arch: str | None = None,
+                 cuda_graph: bool = True):
+        """PTX for ``arch`` from a mapped loop-level module (every kernel a gpu.launch), its
+        memory plan, and the CUDA runtime over them (which touches no GPU until the first run)."""
+        from ..ptx import lower_to_ptx
+        from .cuda import CudaProgram
+        from .memory_plan import buffers_from_slots, plan_memory
+        timings = dict(timings or {})
+        t0 = time.perf_counter()
+        prog = lower_to_ptx(loop_module, arch=arch)
+        timings["ptx"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        plan = plan_memory(buffers_from_slots([s for s in prog.table.slots
+                                               if s.kind == "alloc"]))
+        plan.validate()
+        timings["memory_plan"] = time.perf_counter() - t0
+        program = CudaProgram(prog, plan, cuda_graph=cuda_graph)
+        engine = cls("cuda", program, *_bindings(prog.table), timings, prog.llvm_text,
+                     prog.table)
+        engine.memory_plan = plan
+        return engine
+
+    # ---- cuda ----------------------------------------------------------------------------------
+    @property
+    def ptx(self) -> str | None:
+        """The PTX text of a cuda engine (None for cpu)."""
+        return self.program.ptx if self.target == "cuda" else None
+
+    @property
+    def arch(self) -> str | None:
+        """The CUDA arch the PTX is for (None for cpu)."""
+        return self.program.arch if self.target == "cuda" else None
+
+    @property
+    def cuda_graph(self) -> bool:
+        """Whether a cuda engine replays its launches from one CUDA graph (False for cpu)."""
+        return self.target == "cuda" and self.program.cuda_graph
+
+    @cuda_graph.setter
+    def cuda_graph(self, value: bool) -> None:
+        if self.target != "cuda":
+            raise DeviceError(f"cuda_graph is a switch of cuda engines; this one is "
+                              f"{self.target}")
+        self.program.cuda_graph = bool(value)
+
+    def run_device(self, inputs: dict) -> dict:
+        """Run one inference on device arrays (anything with ``__cuda_array_interface__``):
+        inputs by name, fresh numba device arrays out; no host copies (cuda engines only)."""
+        if self.target != "cuda":
+            raise DeviceError(f"run_device runs cuda engines; this one is {self.target} (use "
+                              "run)")
+        if not isinstance(inputs, dict):
+            raise BindingError(f"Engine.run_device takes a dict name -> device array, got "
+                               f"{type(inputs).__name__}")
+        out = self.program.run_device(inputs)
+        return {n: out[n] for n in self.outputs}
+
     def memory_report(self) -> dict:
         """The arena's peak bytes beside the live-bytes lower bound and the sum without reuse
-        (intermediate buffers only: bindings and weights are the caller's and the engine's)."""
+        (intermediate buffers only: bindings and weights are the caller's and the engine's).
+        A cuda engine adds the device bytes it allocates at its first run: ``weights_bytes``,
+        ``bindings_bytes`` and ``device_bytes`` (arena + weights + bindings)."""
         p = self.memory_plan
         if p is None:
             return {"arena_bytes": None, "lower_bound_bytes": None, "no_reuse_bytes": None}
-        return {"arena_bytes": p.arena_bytes, "lower_bound_bytes": p.lower_bound_bytes,
-                "no_reuse_bytes": p.no_reuse_bytes, "buffers": len(p.buffers)}
+        out = {"arena_bytes": p.arena_bytes, "lower_bound_bytes": p.lower_bound_bytes,
+               "no_reuse_bytes": p.no_reuse_bytes, "buffers": len(p.buffers)}
+        if self.target == "cuda":
+            out.update(weights_bytes=self.program.weights_bytes,
+                       bindings_bytes=self.program.io_bytes,
+                       device_bytes=self.program.device_bytes)
+        return out
 
     def save(self, path) -> None:
         """Write this engine to a plan file; ``ptxc.load(path)`` reads it back without

@@ -19,14 +19,20 @@ so offsets from the file start would depend on the header's own length). B and e
 the weights in it without copying.
 
 **Header**: ``format`` ("ptxc-plan") and ``format_version``; ``ptxc_version``,
-``llvmlite_version``, ``llvm_version``; ``target`` ("cpu"; "cuda" later) and ``arch`` (the CUDA
-arch, e.g. "sm_90"; None for cpu); ``host`` (cpu: LLVM ``triple``, ``data_layout``, and the
-``cpu_name`` it was built on); ``options`` (``precision``, ``min_parallel_work``,
-``allocator``); ``bindings`` (``inputs``/``outputs``: name, shape, dtype); ``kernel_table``
-(:meth:`KernelTable.to_json`); ``memory_plan`` (:meth:`MemoryPlan.to_json`, only for an engine
-whose runtime uses the planned arena); ``blobs`` (name, kind "llvm" | "ptx" | "weight", dtype,
+``llvmlite_version``, ``llvm_version``; ``target`` ("cpu" or "cuda") and ``arch`` (the CUDA
+arch of the PTX, e.g. "sm_90"; None for cpu); ``host`` (cpu: LLVM ``triple``, ``data_layout``,
+and the ``cpu_name`` it was built on; cuda: None); ``options`` (``precision``; cpu:
+``min_parallel_work``, ``allocator``; cuda: ``cuda_graph``); ``bindings`` (``inputs``/``outputs``:
+name, shape, dtype); ``kernel_table`` (:meth:`KernelTable.to_json`; a cuda kernel has its
+``grid``, ``block``, ``shared_bytes`` and ``schedule``); ``memory_plan``
+(:meth:`MemoryPlan.to_json`; for cpu only when the runtime uses the planned arena, for cuda
+always: the device arena's offsets); ``blobs`` (name, kind "llvm" | "ptx" | "weight", dtype,
 shape, offset, nbytes) and ``data_bytes`` (the length of the blob section). Unknown keys are
 ignored: they are data, never looked up as code.
+
+**Blobs by target.** cpu: ``llvm``/``module`` (the LLVM IR text, UTF-8 bytes) and the weights.
+cuda: ``ptx``/``module`` (the PTX text, UTF-8 bytes, exactly as compiled) and the weights; the
+NVPTX LLVM IR is not stored (the PTX is the program; ``explore`` shows the IR).
 
 **What loading runs.** Loading parses JSON (data only) and views raw arrays of a fixed set of
 numeric dtypes; nothing from the file is unpickled, evaluated or imported. A cpu plan stores the
@@ -36,7 +42,11 @@ step: no pass, lowering or code generation of the model compiler runs (the tests
 ``run_stages`` and ``lower_loop_to_llvm`` raise while loading). Because the IR is stored before
 optimization, a plan runs on any CPU with the same LLVM triple and data layout, vectorized for
 the loading CPU; ``cpu_name`` is a record, not a requirement. The IR is the program, so a plan
-is trusted as a shared library is. Before the JIT the module is checked to define exactly the
+is trusted as a shared library is. A cuda plan stores the PTX; loading checks it declares
+exactly the table's kernels (``.entry``) with one parameter per table buffer, and nothing
+touches the GPU until the first run, where the driver JIT-compiles the PTX for the device (as
+it does for any PTX); no LLVM runs, so a cuda plan does not depend on the LLVM version. Before
+the JIT a cpu plan's module is checked to define exactly the
 table's kernels with the table's signatures, to declare only the C library functions the CPU
 runtime registers and LLVM intrinsics, to call only named functions (no inline assembly, no
 calls through pointers) and to hold no global variables: these catch damage and mismatch and
@@ -52,11 +62,17 @@ or a header whose ``format`` is not a ptxc plan), ``checksum`` (a byte changed a
 blob section, overlapping, a dtype outside the numeric set, a weight that does not fit its
 buffer), ``version`` (another ptxc version; for cpu another LLVM major version, whose textual
 IR this LLVM may not read), ``target`` (a target or arch this machine cannot run: a cpu plan for
-another triple; a cuda plan with no GPU, or for another arch than the device's — the plan's
-kernels and tiles were chosen for that arch, so it is refused as TensorRT refuses an engine built
-for another device), ``code`` (the stored IR does not parse, breaks the rules above, or does not
-compile). A cuda plan that passes every check is refused with cause ``target`` too: this ptxc
-has no CUDA runtime yet.
+another triple; a cuda plan for another arch than the device's — the plan's kernels and tiles
+were chosen for that arch, so it is refused as TensorRT refuses an engine built for another
+device), ``code`` (the stored IR or PTX does not parse, breaks the rules above, or does not
+compile).
+
+**A cuda plan on a machine without a GPU loads** (a decision): the arch is checked at load only
+when a device is present (:func:`device_arch`), so a plan built and inspected on a CPU machine
+is an Engine there too; its first run raises :class:`~ptxc.errors.DeviceError` saying there is
+no GPU. When the plan is loaded where no device is seen and runs where one is (a GPU that
+appears later in the process), the first run checks the arch exactly as loading would have
+(``CudaProgram(exact_arch=True)``), a DeviceError naming both archs.
 """
 
 from __future__ import annotations
@@ -66,6 +82,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import struct
 import tempfile
 import time
@@ -272,12 +289,31 @@ def _memory_plan(engine, cpu):
     return plan
 
 
+def _cuda_plan_to_bytes(engine) -> bytes:
+    cuda = engine.program
+    header = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **_versions(),
+              "target": "cuda", "arch": cuda.arch, "host": None,
+              "options": {"precision": getattr(engine, "precision", "fp32"),
+                          "cuda_graph": bool(cuda.cuda_graph)},
+              "bindings": {"inputs": [_binding(n, t) for n, t in engine.inputs.items()],
+                           "outputs": [_binding(n, t) for n, t in engine.outputs.items()]},
+              "kernel_table": engine.kernels.to_json(),
+              "memory_plan": cuda.plan.to_json()}
+    blobs = [("module", "ptx", np.frombuffer(cuda.ptx.encode("utf-8"), np.uint8))]
+    globals_ = cuda.ptx_program.globals
+    blobs += [(s.name, "weight", globals_[s.name]) for s in engine.kernels.slots
+              if s.kind == "global"]
+    return encode_plan(header, blobs)
+
+
 def plan_to_bytes(engine) -> bytes:
     """The plan file of ``engine`` as bytes (deterministic: one engine, one byte string)."""
     import llvmlite.binding as llvm
+    if engine.target == "cuda":
+        return _cuda_plan_to_bytes(engine)
     if engine.target != "cpu":
-        raise PlanError(f"plan: cannot save an engine for target {engine.target!r}; only cpu "
-                        "engines exist in this ptxc")
+        raise PlanError(f"plan: cannot save an engine for target {engine.target!r}; the targets "
+                        "are cpu and cuda")
     cpu = engine.program
     prog = cpu.program
     plan = _memory_plan(engine, cpu)
@@ -353,15 +389,12 @@ def _check_runtime(header: dict, source: str) -> None:
         arch, have = header.get("arch"), device_arch()
         if not isinstance(arch, str):
             raise _refuse("header", "a cuda plan without its arch", source)
-        if have is None:
-            raise _refuse("target", f"a cuda plan for {arch}, and this machine has no GPU",
-                          source)
-        if arch != have:
-            raise _refuse("target", f"a cuda plan for {arch}; this GPU is {have}", source)
-        raise _refuse("target", f"a cuda plan for {arch}: this ptxc has no CUDA runtime yet",
-                      source)
+        if have is not None and arch != have:  # no GPU here: loads, and its run says so
+            raise _refuse("target", f"a cuda plan for {arch}; this GPU is {have} (recompile "
+                          f"with arch={have!r})", source)
+        return
     if target != "cpu":
-        raise _refuse("target", f"target {target!r}; this ptxc runs cpu plans", source)
+        raise _refuse("target", f"target {target!r}; this ptxc runs cpu and cuda plans", source)
     llvm_version = header.get("llvm_version")
     major = str(llvm.llvm_version_info[0])
     if not isinstance(llvm_version, str) or llvm_version.split(".")[0] != major:
@@ -396,6 +429,14 @@ def _kernel_table(header: dict, blobs: dict, source: str):
                     and _is_int(k.trip_count) and k.trip_count >= 0 and _is_int(k.work)
                     and isinstance(k.parallel, bool)):
                 raise ValueError(f"kernel {k.name!r}")
+            if header.get("target") == "cuda":
+                dims = (k.grid, k.block)
+                if not (all(isinstance(d, tuple) and len(d) == 3
+                            and all(_is_int(x) and x >= 1 for x in d) for d in dims)
+                        and math.prod(k.block) <= 1024 and _is_int(k.shared_bytes)
+                        and k.shared_bytes >= 0):
+                    raise ValueError(f"kernel {k.name!r}: launch grid {k.grid!r}, block "
+                                     f"{k.block!r}, shared bytes {k.shared_bytes!r}")
         args = {s.name: s for s in table.slots if s.kind == "arg"}
         names = list(table.inputs) + list(table.outputs)
         if sorted(args) != sorted(names) or len(args) != sum(s.kind == "arg"
@@ -467,12 +508,14 @@ def _check_code(text: str, table, source: str) -> None:
         raise _refuse("code", "the IR holds global variables or module assembly", source)
 
 
-def _allocator(header: dict, table, source: str):
+def _stored_memory_plan(header: dict, table, source: str):
+    """The header's memory plan, checked against the kernel table's scratch slots (None when
+    the header has none)."""
     d = header.get("memory_plan")
     if d is None:
         return None
     try:
-        from .memory_plan import ArenaAllocator, MemoryPlan, buffers_from_slots
+        from .memory_plan import MemoryPlan, buffers_from_slots
     except ImportError:
         raise _refuse("version", "the plan has a memory plan and this ptxc no planner",
                       source) from None
@@ -486,7 +529,66 @@ def _allocator(header: dict, table, source: str):
     if have != want:
         raise _refuse("header", "the memory plan does not match the kernel table's scratch "
                       "buffers", source)
-    return ArenaAllocator(plan=plan)
+    return plan
+
+
+def _allocator(header: dict, table, source: str):
+    from .memory_plan import ArenaAllocator
+    plan = _stored_memory_plan(header, table, source)
+    return None if plan is None else ArenaAllocator(plan=plan)
+
+
+_ENTRY = re.compile(r"\.entry\s+([A-Za-z_$][\w$]*)\s*\(([^)]*)\)")
+
+
+def _check_ptx(text: str, table, source: str) -> None:
+    """The stored PTX declares exactly the table's kernels, each with one parameter per
+    buffer (what catches a PTX of another model or a cut one; the driver checks the rest)."""
+    if not re.search(r"^\s*\.version\s+\d+\.\d+", text, re.M) or \
+            not re.search(r"^\s*\.target\s+sm_\w+", text, re.M):
+        raise _refuse("code", "the PTX lacks its .version or .target directive", source)
+    entries = {m.group(1): m.group(2).count(".param") for m in _ENTRY.finditer(text)}
+    kernels = {k.name: len(k.buffers) for k in table.kernels}
+    if set(entries) != set(kernels):
+        raise _refuse("code", f"the PTX's kernels {sorted(entries)} are not the table's "
+                      f"{sorted(kernels)}", source)
+    for name, n in kernels.items():
+        if entries[name] != n:
+            raise _refuse("code", f"kernel {name} takes {entries[name]} parameters in the PTX; "
+                          f"the table gives it {n} buffers", source)
+
+
+def _cuda_engine_from_plan(header: dict, blobs: dict, source: str, t0: float):
+    from .cuda import CudaProgram
+    from .engine import Engine
+    table, globals_, inputs, outputs = _kernel_table(header, blobs, source)
+    module = blobs.get(("ptx", "module"))
+    if module is None or module.dtype != np.uint8 or module.ndim != 1:
+        raise _refuse("blob", "a cuda plan without its PTX (uint8 blob 'module')", source)
+    try:
+        ptx = module.tobytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise _refuse("blob", "the PTX is not UTF-8 text", source) from None
+    _check_ptx(ptx, table, source)
+    options = header.get("options")
+    if not isinstance(options, dict) or not isinstance(options.get("cuda_graph"), bool):
+        raise _refuse("header", "options lack cuda_graph", source)
+    plan = _stored_memory_plan(header, table, source)
+    if plan is None:
+        raise _refuse("header", "a cuda plan without its memory plan", source)
+    arch = header["arch"]
+    try:
+        from ..ptx import PtxProgram
+        prog = PtxProgram(ptx=ptx, arch=arch, llvm_text="", table=table, globals=globals_)
+        cuda = CudaProgram(prog, plan, cuda_graph=options["cuda_graph"], exact_arch=True)
+    except CompileError as e:
+        raise _refuse("header", f"the kernel table, arch or memory plan cannot make a cuda "
+                      f"program: {e}", source) from None
+    engine = Engine("cuda", cuda, inputs, outputs, {"load": time.perf_counter() - t0}, "",
+                    table)
+    engine.precision = options.get("precision", "fp32")
+    engine.memory_plan = plan
+    return engine
 
 
 def engine_from_plan(data, *, threads: int | None = None, source: str = "<plan>"):
@@ -497,6 +599,8 @@ def engine_from_plan(data, *, threads: int | None = None, source: str = "<plan>"
     t0 = time.perf_counter()
     header, blobs = decode_plan(data, source)
     _check_runtime(header, source)
+    if header.get("target") == "cuda":
+        return _cuda_engine_from_plan(header, blobs, source, t0)
     table, globals_, inputs, outputs = _kernel_table(header, blobs, source)
     module = blobs.get(("llvm", "module"))
     if module is None or module.dtype != np.uint8 or module.ndim != 1:

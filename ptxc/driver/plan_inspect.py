@@ -1,7 +1,8 @@
 """``ptxc inspect PLAN``: what a plan file holds, read without compiling or running anything.
 
-Target and versions, bindings, the kernel table (each kernel's layer, outer range and buffers),
-the memory plan (arena, lower bound, offsets) and the blobs (LLVM IR or PTX, weights).
+Target and versions, bindings, the kernel table (each kernel's layer and buffers; cpu: its
+outer range; cuda: its grid, block, static shared bytes and the map-to-gpu schedule), the memory
+plan (arena, lower bound, offsets) and the blobs (LLVM IR or PTX, weights).
 """
 
 from __future__ import annotations
@@ -31,11 +32,17 @@ def inspect_plan(path) -> str:
     kernels = table.get("kernels", [])
     slots = table.get("slots", [])
     out.append(f"kernels: {len(kernels)}")
+    dims = lambda d: "x".join(map(str, d)) if isinstance(d, list) else str(d)  # noqa: E731
     for k in kernels:
         names = [slots[i]["name"] if i < len(slots) else f"#{i}" for i in k.get("buffers", [])]
-        mode = "parallel" if k.get("parallel") else "sequential"
-        out.append(f"  {k.get('name')}  layer {k.get('loc')!r}  outer range "
-                   f"{k.get('trip_count')} ({mode})  buffers {', '.join(names)}")
+        if k.get("grid") is not None or k.get("block") is not None:
+            shape = (f"grid {dims(k.get('grid'))}  block {dims(k.get('block'))}  shared "
+                     f"{k.get('shared_bytes', 0):,} B  schedule {k.get('schedule')}")
+        else:
+            mode = "parallel" if k.get("parallel") else "sequential"
+            shape = f"outer range {k.get('trip_count')} ({mode})"
+        out.append(f"  {k.get('name')}  layer {k.get('loc')!r}  {shape}  buffers "
+                   f"{', '.join(names)}")
     mp = header.get("memory_plan")
     if mp:
         out.append(f"memory plan: arena {mp.get('arena_bytes'):,} bytes, lower bound "
