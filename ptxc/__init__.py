@@ -7,6 +7,8 @@ The public API (see docs and ../shared/DESIGN.md):
     module = ptxc.parse_ir(text); text = ptxc.print_ir(module)
     outputs = ptxc.interpret(module, {"input": x})     # reference semantics, at any stage
     engine = ptxc.compile("model.onnx", target="cpu") # an Engine; engine.run({"input": x})
+    engine = ptxc.compile("model.onnx", target="cuda", arch="sm_90")  # PTX + CUDA runtime
+    engine.save("model.plan"); engine = ptxc.load("model.plan")       # plan files
     net = ptxc.Network(); ...                          # build a graph in Python
     ptxc.SUPPORTED_OPS                                 # ONNX op types the importer accepts
 """

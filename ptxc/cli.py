@@ -1,8 +1,10 @@
 """The ``ptxc`` command.
 
-    ptxc explore MODEL [--stage graph] [--passes P] [--print-ir-after-all] [--dump-dir D] ...
-    ptxc compile MODEL [--target cpu] [-o model.plan]   compile; print bindings, kernels, memory
-    ptxc run MODEL|PLAN [--input NAME=file.npy] [--save-outputs DIR]   one inference
+    ptxc explore MODEL [--stage graph] [--target cpu|cuda] [--passes P] [--print-ir-after-all] ...
+    ptxc compile MODEL [--target cpu|cuda] [--arch sm_90] [-o model.plan]   compile; print
+                                  bindings, kernels, memory
+    ptxc run MODEL|PLAN [--target cpu|cuda] [--input NAME=file.npy] [--save-outputs DIR]
+                                  one inference (a cuda engine needs a GPU)
     ptxc inspect PLAN             what a plan file holds (bindings, kernels, memory plan)
     ptxc ops                      the ONNX op types the importer accepts
 
@@ -56,7 +58,7 @@ def _cmd_explore(args) -> int:
                    print_ir_after_change=args.print_ir_after_change, dump_dir=args.dump_dir,
                    timing=args.timing, check_numerics=args.check_numerics,
                    elide_constants=not args.show_constants, report=not args.no_report,
-                   explain=args.explain)
+                   explain=args.explain, target=args.target, arch=args.arch)
     sys.stdout.write(text)
     return 0
 
@@ -68,18 +70,29 @@ def _summary(engine) -> str:
                  + f" (total {sum(t.values()):.2f}s)")
     if engine.kernels is not None:
         lines.append(f"kernels: {len(engine.kernels.kernels)}")
+    if engine.target == "cuda":
+        lines.append(f"ptx: {engine.arch}, {len(engine.ptx):,} bytes; CUDA graph "
+                     f"{'on' if engine.cuda_graph else 'off'}")
     m = engine.memory_report()
     if m.get("arena_bytes") is not None:
         lines.append(f"memory: arena {m['arena_bytes']:,} bytes, live-bytes lower bound "
                      f"{m['lower_bound_bytes']:,}, without reuse {m['no_reuse_bytes']:,} "
                      f"({m['buffers']} buffers)")
+    if m.get("device_bytes") is not None:
+        lines.append(f"device memory at the first run: {m['device_bytes']:,} bytes (arena, "
+                     f"weights {m['weights_bytes']:,}, bindings {m['bindings_bytes']:,})")
     return "\n".join(lines) + "\n"
 
 
 def _compile(args):
     from .compiler import compile as compile_model
+    cuda = {} if args.target != "cuda" else {"arch": args.arch,
+                                              "cuda_graph": not args.no_cuda_graph}
+    if args.target != "cuda" and (args.arch or args.no_cuda_graph):
+        raise PtxcError("--arch and --no-cuda-graph are for --target cuda")
     return compile_model(resolve_model(args.model), target=args.target,
-                         precision=args.precision, input_shapes=parse_shapes(args.input_shape))
+                         precision=args.precision, input_shapes=parse_shapes(args.input_shape),
+                         **cuda)
 
 
 def _cmd_compile(args) -> int:
@@ -106,6 +119,8 @@ def _cmd_run(args) -> int:
     if _is_plan(args.model):
         from .driver.plan import load_plan
         engine = load_plan(args.model)
+        if args.no_cuda_graph:
+            engine.cuda_graph = False
     else:
         engine = _compile(args)
     given = {}
@@ -166,6 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("explore", help="print the IR of a model at a stage (compiler explorer)")
     e.add_argument("model", help="ONNX file, or light:NAME for an onnx-shipped model")
     e.add_argument("--stage", default="graph", help="graph, tensor, loop, llvm or ptx")
+    e.add_argument("--target", default=None,
+                   help="cpu or cuda: the loop, llvm and ptx stages depend on it (default cpu; "
+                   "cuda for --stage ptx)")
+    e.add_argument("--arch", default=None, help="the CUDA arch of --stage ptx, e.g. sm_90")
     e.add_argument("--passes", default=None,
                    help="pass pipeline, e.g. 'dce,cse' ('' for the graph as imported)")
     e.add_argument("--input-shape", action="append", metavar="NAME=DIMS",
@@ -190,7 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=helptext)
         c.add_argument("model", help="ONNX file, light:NAME" + (", or a plan file"
                                                                  if name == "run" else ""))
-        c.add_argument("--target", default="cpu", help="cpu (cuda: planned)")
+        c.add_argument("--target", default="cpu", help="cpu or cuda")
+        c.add_argument("--arch", default=None,
+                       help="cuda: the arch to compile for, e.g. sm_90 (default: PTXC_CUDA_ARCH, "
+                       "the GPU here, else sm_90)")
+        c.add_argument("--no-cuda-graph", action="store_true",
+                       help="cuda: launch kernel by kernel instead of replaying one CUDA graph")
         c.add_argument("--precision", default="fp32", help="fp32")
         c.add_argument("--input-shape", action="append", metavar="NAME=DIMS",
                        help="bind an input's symbolic dims, e.g. data=1x3x224x224")

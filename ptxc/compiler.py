@@ -1,6 +1,7 @@
 """The compile pipeline: stages in an ordered table, each a pass pipeline over the module.
 
     engine = ptxc.compile("model.onnx", target="cpu")
+    engine = ptxc.compile("model.onnx", target="cuda", arch="sm_90")   # PTX, CUDA runtime
     outputs = engine.run({"input": x})
 
 Stages (the names are the same in the API, the CLI and the docs):
@@ -10,12 +11,17 @@ stage      what runs                                           what comes out
 =========  ==================================================  =================================
 graph      import, then ``graph-opt``                          graph dialect, optimized
 tensor     ``lower-graph-to-tensor,fuse-tensor-elementwise``   tensor dialect (structured ops)
-loop       ``lower-tensor-to-loop``                            loop dialect (buffers, loop nests)
-llvm       loop-to-llvm (llvmlite.ir)                          LLVM IR text, a kernel table
+loop       ``lower-tensor-to-loop`` (cpu);                     loop dialect (buffers, loop nests;
+           ``lower-tensor-to-loop,map-to-gpu`` (cuda)          cuda: gpu.launch kernels)
+llvm       loop-to-llvm (llvmlite.ir; cuda: target nvptx)      LLVM IR text, a kernel table
+ptx        :func:`ptxc.ptx.lower_to_ptx` (cuda only)           PTX text for one arch
 =========  ==================================================  =================================
 
-Every stage up to ``loop`` is a module the interpreter runs, so ``check_numerics=True`` compares
-each pass (lowerings included) with the one before on random inputs.
+The targets share every stage up to ``tensor``; from ``loop`` on, the pipeline depends on the
+target (:func:`stage_pipeline`). Every stage up to ``loop`` is a module the interpreter runs
+(the gpu dialect included: its reference semantics run a launch's threads in lockstep), so
+``check_numerics=True`` compares each pass (lowerings and map-to-gpu included) with the one
+before on random inputs.
 """
 
 from __future__ import annotations
@@ -27,15 +33,32 @@ from .ir.core import Operation
 
 STAGES = ("graph", "tensor", "loop", "llvm", "ptx")
 
-#: the pass pipeline of each IR stage, in order
+#: the pass pipeline of each IR stage, in order (the cpu target's; see :func:`stage_pipeline`)
 STAGE_PIPELINES = {
     "graph": "graph-opt",
     "tensor": "lower-graph-to-tensor,fuse-tensor-elementwise",
     "loop": "lower-tensor-to-loop",
 }
 
+#: where a target's pipeline differs from STAGE_PIPELINES
+TARGET_STAGE_PIPELINES = {
+    "cpu": {},
+    "cuda": {"loop": "lower-tensor-to-loop,map-to-gpu"},
+}
+
 TARGETS = ("cpu", "cuda")
 PRECISIONS = ("fp32",)
+
+
+def check_target(target: str) -> None:
+    if target not in TARGETS:
+        raise CompileError(f"unknown target {target!r}; the targets are {', '.join(TARGETS)}")
+
+
+def stage_pipeline(stage: str, target: str = "cpu") -> str:
+    """The pass pipeline of IR stage ``stage`` (graph, tensor or loop) for ``target``."""
+    check_target(target)
+    return TARGET_STAGE_PIPELINES[target].get(stage, STAGE_PIPELINES[stage])
 
 
 def as_module(model, input_shapes=None, constant_inputs=None) -> Operation:
@@ -49,23 +72,27 @@ def as_module(model, input_shapes=None, constant_inputs=None) -> Operation:
     return import_onnx(model, input_shapes=input_shapes, constant_inputs=constant_inputs)
 
 
-def check_stage(stage: str) -> None:
+def check_stage(stage: str, target: str | None = None) -> None:
+    """``stage`` is a stage name, and one ``target`` has (``ptx`` is cuda's only)."""
     if stage not in STAGES:
         raise CompileError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
-    if stage == "ptx":
-        raise CompileError("stage 'ptx' is not built yet: the CUDA target is planned work")
+    if target is not None:
+        check_target(target)
+        if stage == "ptx" and target != "cuda":
+            raise CompileError(f"stage 'ptx' is the cuda target's; target {target!r} has none")
 
 
 def run_stages(module: Operation, until: str, *, graph_passes: str | None = None,
-               timings: dict | None = None, **pm_options) -> Operation:
+               timings: dict | None = None, target: str = "cpu", **pm_options) -> Operation:
     """Run the IR stages on ``module`` in place, up to and including ``until`` (graph, tensor or
-    loop). ``pm_options`` go to every PassManager (check_numerics, print_ir_after_all, ...)."""
+    loop), with ``target``'s pipelines. ``pm_options`` go to every PassManager (check_numerics,
+    print_ir_after_all, ...)."""
     from .rewrite.pass_manager import PassManager
     order = ["graph", "tensor", "loop"]
     if until not in order:
         raise CompileError(f"run_stages goes up to graph, tensor or loop, not {until!r}")
     for stage in order[:order.index(until) + 1]:
-        pipeline = STAGE_PIPELINES[stage]
+        pipeline = stage_pipeline(stage, target)
         if stage == "graph" and graph_passes is not None:
             pipeline = graph_passes
         t0 = time.perf_counter()
@@ -77,21 +104,34 @@ def run_stages(module: Operation, until: str, *, graph_passes: str | None = None
 
 def compile(model, target: str = "cpu", precision: str = "fp32", *,
             input_shapes: dict | None = None, constant_inputs: dict | None = None,
-            graph_passes: str | None = None, check_numerics: bool = False, threads=None):
-    """Compile a model (path, ModelProto, Network or graph module) into an Engine."""
-    if target not in TARGETS:
-        raise CompileError(f"unknown target {target!r}; the targets are {', '.join(TARGETS)}")
-    if target == "cuda":
-        raise CompileError("target 'cuda' is not built yet (NVPTX code generation and the GPU "
-                           "runtime are planned work); use target='cpu'")
+            graph_passes: str | None = None, check_numerics: bool = False, threads=None,
+            arch: str | None = None, cuda_graph: bool = True):
+    """Compile a model (path, ModelProto, Network or graph module) into an Engine.
+
+    ``target="cpu"``: JIT-compiled for this host (``threads``: the pool's size). ``target="cuda"``:
+    PTX for ``arch`` (default :func:`ptxc.ptx.default_arch`: ``PTXC_CUDA_ARCH``, the GPU here,
+    else sm_90) and the CUDA runtime (:mod:`ptxc.driver.cuda`), which touches no GPU until the
+    first run, so a cuda engine compiles and saves on a machine without one; ``cuda_graph``:
+    replay the launches of an inference from one CUDA graph (False: launch each kernel)."""
+    check_target(target)
     if precision not in PRECISIONS:
         raise CompileError(f"precision {precision!r} is not supported yet; supported: "
                            f"{', '.join(PRECISIONS)}")
+    if target == "cpu" and arch is not None:
+        raise CompileError(f"arch={arch!r} is for target 'cuda'; the cpu target compiles for "
+                           "this host")
+    if target == "cuda" and threads is not None:
+        raise CompileError("threads= is for target 'cpu' (the CPU runtime's thread pool)")
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     module = as_module(model, input_shapes, constant_inputs)
     timings["import"] = time.perf_counter() - t0
-    run_stages(module, "loop", graph_passes=graph_passes, timings=timings,
+    run_stages(module, "loop", graph_passes=graph_passes, timings=timings, target=target,
                check_numerics=check_numerics)
     from .driver.engine import Engine
-    return Engine.for_cpu(module, timings=timings, threads=threads)
+    if target == "cuda":
+        engine = Engine.for_cuda(module, timings=timings, arch=arch, cuda_graph=cuda_graph)
+    else:
+        engine = Engine.for_cpu(module, timings=timings, threads=threads)
+    engine.precision = precision
+    return engine

@@ -6,6 +6,13 @@
 Stages are named as everywhere in ptxc: ``graph``, ``tensor``, ``loop``, ``llvm``, ``ptx``. A
 stage's text is the IR at the end of that stage, after its passes. ``passes=""`` shows the graph
 exactly as imported.
+
+From ``loop`` on the text depends on the target: ``target="cuda"`` shows the loop IR after
+``map-to-gpu`` (``gpu.launch`` kernels), the LLVM IR for NVPTX, and at stage ``ptx`` (cuda's
+alone, so it needs no ``target``) the PTX for ``arch``:
+
+    text = ptxc.explore(model, stage="loop", target="cuda")   # mapped loop IR
+    text = ptxc.explore(model, stage="ptx", arch="sm_90")      # PTX
 """
 
 from __future__ import annotations
@@ -16,7 +23,8 @@ import os
 from .ir.core import Operation
 from .ir.printer import print_ir
 
-from .compiler import STAGE_PIPELINES, STAGES, check_stage  # noqa: F401  (STAGES re-exported)
+from .compiler import (STAGE_PIPELINES, STAGES, check_stage,  # noqa: F401  (STAGES re-exported)
+                       stage_pipeline)
 
 #: the graph-stage pipeline used when none is given
 DEFAULT_GRAPH_PIPELINE = STAGE_PIPELINES["graph"]
@@ -72,8 +80,10 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
             input_shapes: dict | None = None, constant_inputs: dict | None = None,
             print_ir_after_all: bool = False, print_ir_after_change: bool = False,
             dump_dir: str | None = None, timing: bool = False, check_numerics: bool = False,
-            elide_constants: bool = True, report: bool = False, explain: bool = False) -> str:
-    """The IR of ``model`` (path, ModelProto, Network or module) at the end of ``stage``.
+            elide_constants: bool = True, report: bool = False, explain: bool = False,
+            target: str | None = None, arch: str | None = None) -> str:
+    """The IR of ``model`` (path, ModelProto, Network or module) at the end of ``stage``, for
+    ``target`` (default cpu; cuda for stage ``ptx``); ``arch`` is the CUDA arch of stage ``ptx``.
 
     With ``print_ir_after_all`` the text holds the IR after every pass, then the final IR.
     ``report`` adds op counts by kind before and after the graph passes; ``explain`` adds, for
@@ -81,21 +91,27 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
     comments ahead of the IR. Constants are elided for display unless ``elide_constants=False``
     (which gives text that ``parse_ir`` reads back).
     """
-    check_stage(stage)
+    if target is None:
+        target = "cuda" if stage == "ptx" else "cpu"
+    check_stage(stage, target)
+    if arch is not None and stage != "ptx":
+        from .errors import CompileError
+        raise CompileError(f"arch={arch!r} chooses the PTX of stage 'ptx'; stage {stage!r} does "
+                           "not depend on it")
     module = _as_module(model, input_shapes, constant_inputs)
     before = op_counts(module)
     stream = io.StringIO()
     from .rewrite.explain import Explain
     collector = Explain() if explain else None
     order = ["graph", "tensor", "loop"]
-    last = "loop" if stage == "llvm" else stage
+    last = "loop" if stage in ("llvm", "ptx") else stage
     managers = []
     stages = order[:order.index(last) + 1]
     for i, s_name in enumerate(stages):
         stage_dump = dump_dir
         if dump_dir and len(stages) > 1:  # one numbered folder per stage
             stage_dump = os.path.join(dump_dir, f"{i}-{s_name}")
-        pipeline = STAGE_PIPELINES[s_name]
+        pipeline = stage_pipeline(s_name, target)
         if s_name == "graph" and passes is not None:
             pipeline = passes
         managers.append(run_graph_stage(
@@ -116,7 +132,10 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
         out += "\n"
     if out:
         out += f"// -----// IR at the end of stage {stage} //----- //\n"
+    if stage == "ptx":
+        from .ptx import lower_to_ptx
+        return out + lower_to_ptx(module, arch=arch).ptx
     if stage == "llvm":
         from .lower.loop_to_llvm import lower_loop_to_llvm
-        return out + lower_loop_to_llvm(module).text
+        return out + lower_loop_to_llvm(module, target="nvptx" if target == "cuda" else "cpu").text
     return out + print_ir(module, elide_constants=elide_constants)

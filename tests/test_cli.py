@@ -1,4 +1,5 @@
-"""The ptxc command: explore a model at the graph stage, per-pass dumps, errors as one line."""
+"""The ptxc command: explore a model at the graph stage, per-pass dumps, errors as one line; the
+cuda target's compile/inspect/explore without a GPU (its run is a one-line error there)."""
 
 import os
 import subprocess
@@ -37,9 +38,9 @@ def test_explore_print_after_all_and_dump_dir(tmp_path, capsys):
     assert ptxc.print_ir(ptxc.parse_ir(text)) == text
 
 
-def test_explore_later_stage_is_a_clear_error(capsys):
-    assert main(["explore", "light:squeezenet", "--stage", "ptx"]) == 2
-    assert "not built yet" in capsys.readouterr().err
+def test_explore_stage_of_another_target_is_a_clear_error(capsys):
+    assert main(["explore", "light:squeezenet", "--stage", "ptx", "--target", "cpu"]) == 2
+    assert "stage 'ptx' is the cuda target's" in capsys.readouterr().err
 
 
 def test_errors_are_one_line(tmp_path, capsys):
@@ -101,9 +102,37 @@ def test_run_with_input_file_and_errors(tmp_path, capsys):
     capsys.readouterr()
     assert main(["run", str(model), "--input", f"z={tmp_path / 'x.npy'}"]) == 2
     assert "not inputs" in capsys.readouterr().err
-    assert main(["compile", str(model), "--target", "cuda"]) == 2
-    assert "not built yet" in capsys.readouterr().err
+    assert main(["compile", str(model), "--target", "tpu"]) == 2
+    assert "unknown target 'tpu'" in capsys.readouterr().err
     bad = tmp_path / "bad.plan"
     bad.write_bytes(b"PTXCPLAN" + b"\x00" * 10)
     assert main(["inspect", str(bad)]) == 2
     assert "ptxc: error:" in capsys.readouterr().err
+
+
+def test_cuda_compile_inspect_explore_run_without_a_gpu(tmp_path, capsys, monkeypatch):
+    from numba import cuda
+    monkeypatch.setattr(cuda, "is_available", lambda: False)  # "no GPU", on any machine
+    plan = tmp_path / "squeezenet.plan"
+    assert main(["compile", "light:squeezenet", "--target", "cuda", "--arch", "sm_90",
+                 "--no-cuda-graph", "-o", str(plan)]) == 0
+    out = capsys.readouterr().out
+    assert "<Engine cuda" in out and "ptx: sm_90" in out and "CUDA graph off" in out
+    assert "device memory at the first run" in out and f"plan written to {plan}" in out
+    assert main(["inspect", str(plan)]) == 0
+    out = capsys.readouterr().out
+    assert "target: cuda (sm_90)" in out and "'cuda_graph': False" in out
+    assert "  kernel_0  layer " in out and " grid " in out and " block " in out
+    assert " schedule " in out and "blobs ptx: 1" in out
+    assert main(["run", str(plan)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ptxc: error: cuda engine: no CUDA GPU") and "Traceback" not in err
+    assert main(["explore", "light:squeezenet", "--stage", "loop", "--target", "cuda",
+                 "--no-report"]) == 0
+    assert '"gpu.launch"' in capsys.readouterr().out
+    assert main(["explore", "light:squeezenet", "--stage", "ptx", "--arch", "sm_80",
+                 "--no-report"]) == 0
+    out = capsys.readouterr().out
+    assert ".target sm_80" in out and ".entry kernel_0(" in out
+    assert main(["compile", "light:squeezenet", "--arch", "sm_90"]) == 2
+    assert "--arch and --no-cuda-graph are for --target cuda" in capsys.readouterr().err

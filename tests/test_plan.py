@@ -186,8 +186,8 @@ def test_engine_save_and_ptxc_load_api(weights_engine, tmp_path):
     assert loaded.run(inputs)["y"].tobytes() == engine.run(inputs)["y"].tobytes()
     with pytest.raises(PlanError, match="cannot read"):
         ptxc.load(tmp_path / "missing.plan")
-    other = Engine("cuda", engine.program, engine.inputs, engine.outputs, {})
-    with pytest.raises(PlanError, match="target 'cuda'"):
+    other = Engine("tpu", engine.program, engine.inputs, engine.outputs, {})
+    with pytest.raises(PlanError, match="target 'tpu'"):
         plan_to_bytes(other)
 
 
@@ -304,10 +304,11 @@ def test_another_target_or_arch(good, monkeypatch):
         return edited(good, lambda h: h.update(target="cuda", arch=arch))
     monkeypatch.setattr(planmod, "device_arch", lambda: "sm_90")
     refused(cuda("sm_80"), "target", "sm_80", "sm_90")
-    refused(cuda("sm_90"), "target", "no CUDA runtime")  # every check passed
     refused(cuda(None), "header", "arch")
+    # a cpu plan relabelled cuda passes the arch check, then its kernels have no launch shape
+    refused(cuda("sm_90"), "header", "grid")
     monkeypatch.setattr(planmod, "device_arch", lambda: None)
-    refused(cuda("sm_90"), "target", "no GPU")
+    refused(cuda("sm_90"), "header", "grid")  # no GPU: no arch check, the rest still runs
 
 
 def test_device_arch_without_a_gpu():
@@ -400,3 +401,107 @@ def test_python_payloads_stay_data(tmp_path, monkeypatch):
     _, blobs = decode_plan(data)
     assert blobs[("weight", "w")].tobytes() == payload
     assert not marker.exists()
+
+
+# ---- cuda plans (built and loaded without a GPU) ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cuda_engine():
+    """A cuda engine with weights, scratch buffers and several kernels, for sm_90."""
+    rng = np.random.default_rng(1)
+    net = ptxc.Network("small")
+    x = net.add_input("x", (2, 3, 6, 6))
+    y = net.add_conv(x, rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+                     rng.standard_normal(4).astype(np.float32), padding=1)
+    y = net.add_flatten(net.add_pooling(net.add_activation(y, "relu"), "max", kernel=2))
+    net.mark_output(net.add_softmax(y), "y")
+    return ptxc.compile(net, target="cuda", arch="sm_90")
+
+
+@pytest.fixture(scope="module")
+def cuda_good(cuda_engine):
+    return plan_to_bytes(cuda_engine)
+
+
+def test_cuda_round_trip_without_the_compiler(cuda_engine, cuda_good, tmp_path, monkeypatch):
+    import ptxc.ptx
+    from ptxc.errors import DeviceError
+    path = tmp_path / "model.plan"
+    cuda_engine.save(path)
+    assert path.read_bytes() == cuda_good
+    for mod, name in ((ptxc.compiler, "run_stages"), (ptxc.compiler, "compile"),
+                      (ptxc.lower.loop_to_llvm, "lower_loop_to_llvm"),
+                      (ptxc.ptx, "lower_to_ptx"), (ptxc.ptx, "optimize_nvptx"),
+                      (ptxc.rewrite.pass_manager.PassManager, "run"), (Engine, "for_cuda")):
+        monkeypatch.setattr(mod, name, _forbidden)
+    monkeypatch.setattr(planmod, "device_arch", lambda: None)
+    loaded = ptxc.load(path)
+    header, blobs = decode_plan(cuda_good)
+    assert header["target"] == "cuda" and header["arch"] == "sm_90" and header["host"] is None
+    assert header["options"] == {"precision": "fp32", "cuda_graph": True}
+    assert blobs[("ptx", "module")].tobytes().decode() == cuda_engine.ptx == loaded.ptx
+    assert ("llvm", "module") not in blobs
+    assert loaded.kernels == cuda_engine.kernels  # launch shapes, schedules, shared bytes
+    assert all(k.grid and k.block and k.schedule for k in loaded.kernels.kernels)
+    assert loaded.memory_plan.to_json() == cuda_engine.memory_plan.to_json()
+    assert loaded.inputs == cuda_engine.inputs and loaded.outputs == cuda_engine.outputs
+    for s in loaded.kernels.slots:
+        if s.kind == "global":
+            want = cuda_engine.program.ptx_program.globals[s.name]
+            assert loaded.program.ptx_program.globals[s.name].tobytes() == want.tobytes()
+    assert set(loaded.timings) == {"load"} and loaded.program.exact_arch
+    assert plan_to_bytes(loaded) == cuda_good  # deterministic
+    from numba import cuda
+    monkeypatch.setattr(cuda, "is_available", lambda: False)
+    with pytest.raises(DeviceError, match="no CUDA GPU"):
+        loaded.run({"x": np.zeros((2, 3, 6, 6), np.float32)})
+
+
+def test_cuda_plan_arch_is_checked_against_the_device(cuda_good, monkeypatch):
+    monkeypatch.setattr(planmod, "device_arch", lambda: "sm_80")
+    refused(cuda_good, "target", "sm_90", "sm_80")
+    monkeypatch.setattr(planmod, "device_arch", lambda: "sm_100")
+    refused(cuda_good, "target", "sm_90", "sm_100")  # exact: tiles were chosen for sm_90
+    monkeypatch.setattr(planmod, "device_arch", lambda: "sm_90")
+    assert engine_from_plan(cuda_good).arch == "sm_90"
+    monkeypatch.setattr(planmod, "device_arch", lambda: None)
+    assert engine_from_plan(cuda_good).arch == "sm_90"  # no GPU: loads; its run says so
+    # the cuda plan does not depend on the LLVM that built it
+    assert engine_from_plan(edited(cuda_good, lambda h: h.update(llvm_version="15.0.7")))
+
+
+def _with_ptx(data: bytes, edit) -> bytes:
+    header, blobs = decode_plan(data)
+    arrays = []
+    for (k, n), a in blobs.items():
+        if k == "ptx":
+            text = edit(a.tobytes().decode())
+            if text is None:
+                continue
+            a = np.frombuffer(text.encode(), np.uint8)
+        arrays.append((n, k, a))
+    return encode_plan({k: v for k, v in header.items() if k not in ("blobs", "data_bytes")},
+                       arrays)
+
+
+def test_cuda_plan_refusals(cuda_good, monkeypatch):
+    monkeypatch.setattr(planmod, "device_arch", lambda: None)
+    assert engine_from_plan(_with_ptx(cuda_good, lambda t: t)).ptx  # the helper alone is fine
+    refused(_with_ptx(cuda_good, lambda t: None), "blob", "PTX")
+    refused(_with_ptx(cuda_good, lambda t: t.replace(".entry kernel_1(", ".entry other(")),
+            "code", "other")
+    refused(_with_ptx(cuda_good, lambda t: t.replace(".target sm_90", "")), "code", ".target")
+    one_more = "kernel_0_param_0,\n\t.param .u64 kernel_0_param_x"  # first use: the .entry
+    refused(_with_ptx(cuda_good, lambda t: t.replace("kernel_0_param_0", one_more, 1)), "code",
+            "parameters")
+
+    def kernel0(**kw):
+        return edited(cuda_good, lambda h: h["kernel_table"]["kernels"][0].update(**kw))
+    refused(kernel0(grid=None), "header", "grid")
+    refused(kernel0(block=[2048, 1, 1]), "header", "block")
+    refused(kernel0(block=[0, 1, 1]), "header", "block")
+    refused(kernel0(grid=[1, 1]), "header", "grid")
+    refused(kernel0(shared_bytes=-1), "header", "shared")
+    refused(edited(cuda_good, lambda h: h.pop("memory_plan")), "header", "memory plan")
+    refused(edited(cuda_good, lambda h: h["options"].pop("cuda_graph")), "header", "cuda_graph")
+    refused(edited(cuda_good, lambda h: h.update(arch="gfx90a")), "header", "gfx90a")
