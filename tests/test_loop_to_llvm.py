@@ -354,3 +354,53 @@ def test_scratch_allocator_interface():
             return [np.zeros(1, s.dtype) for s in slots]
     with pytest.raises(CompileError, match="allocator gave"):
         CpuProgram.from_module(m, allocator=TooSmall())(inputs)
+
+
+# ---- target="nvptx" (after map-to-gpu) --------------------------------------------------------
+
+def _mapped(name):
+    from ptxc.rewrite import PassManager
+    m, inputs, _ = PROGRAMS[name]()
+    cpu = lower_loop_to_llvm(m)
+    PassManager("map-to-gpu").run(m)
+    return m, cpu
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_nvptx_keeps_the_cpu_buffers_and_verifies(name):
+    """Every hand-written program, mapped: LLVM IR that verifies, one ptx_kernel per launch with
+    only addrspace(1) pointers (no range arguments), and the same root buffers as the CPU
+    lowering (slots, kinds, sizes), so one memory planner serves both targets."""
+    m, cpu = _mapped(name)
+    prog = lower_loop_to_llvm(m, target="nvptx")
+    assert prog.triple == "nvptx64-nvidia-cuda" and prog.data_layout.startswith("e-")
+    assert [(s.kind, s.name, s.dtype, s.span) for s in prog.table.slots] == \
+        [(s.kind, s.name, s.dtype, s.span) for s in cpu.table.slots]
+    assert prog.table.inputs == cpu.table.inputs and prog.table.outputs == cpu.table.outputs
+    assert "begin" not in prog.text and "define void" not in prog.text
+    assert prog.text.count("define ptx_kernel void") == len(prog.table.kernels)
+    assert "ptr noalias" not in prog.text  # every kernel pointer is a global one
+    for k in prog.table.kernels:
+        assert k.trip_count == 1 and not k.parallel and len(k.grid) == len(k.block) == 3
+        assert k.schedule and k.work >= 1
+    assert KernelTable.from_json(prog.table.to_json()) == prog.table
+
+
+def test_kernel_table_json_without_launch_fields_still_loads():
+    """Plans written before the GPU fields existed have no grid/block/shared_bytes/schedule."""
+    m, inputs, _ = PROGRAMS["softmax"]()
+    t = lower_loop_to_llvm(m).table
+    d = t.to_json()
+    for k in d["kernels"]:
+        for f in ("grid", "block", "shared_bytes", "schedule"):
+            del k[f]
+    assert KernelTable.from_json(d) == t
+    assert all(k.grid is None and k.shared_bytes == 0 for k in t.kernels)
+
+
+def test_nvptx_refuses_unmapped_nests_all_at_once():
+    m, _, _ = PROGRAMS["softmax"]()
+    with pytest.raises(CompileError) as e:
+        lower_loop_to_llvm(m, target="nvptx")
+    msg = str(e.value)
+    assert "3 op(s)" in msg and msg.count("map-to-gpu") == 3 and "nvptx" in msg

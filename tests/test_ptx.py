@@ -366,3 +366,173 @@ ptxas info    : Used 8 registers, used 0 barriers, 360 bytes cmem[0]
             k0.barriers) == (40, 2048, 8, 4, 12, 1)
     assert (k1.registers, k1.shared_bytes, k1.spill_loads) == (8, 0, 0)
     assert rep.spills == 16
+
+
+# ---- mapped modules: graph -> tensor -> loop -> map-to-gpu -> PTX -> ptxas --------------------
+
+def mapped(model, **import_kw):
+    """A model (path, ModelProto or Network) through every stage of the cuda target up to the
+    mapped loop IR."""
+    import ptxc
+    from ptxc.compiler import as_module, run_stages
+    return run_stages(as_module(model, **import_kw), "loop", target="cuda")
+
+
+def check_mapped_ptx(m, arch=ARCH):
+    """The PTX of a mapped module: one entry per gpu.launch, in order, with the launch's shape in
+    the table; ptxas assembles it. Returns (program, ptxas report)."""
+    from ptxc.dialects.func import func_body, get_func
+    launches = [op for op in func_body(get_func(m, "main")).ops if op.name == "gpu.launch"]
+    assert launches, "map-to-gpu made no launch"
+    p = lower_to_ptx(m, arch=arch)
+    t = p.table
+    assert [k.name for k in t.kernels] == [f"kernel_{i}" for i in range(len(launches))]
+    for k, op in zip(t.kernels, launches):
+        assert k.grid == tuple(op.attributes["grid"]) and k.block == tuple(op.attributes["block"])
+        assert k.schedule == op.attributes["schedule"] and k.loc == op.loc
+        assert k.shared_bytes == gpu.shared_bytes(op) or k.shared_bytes >= gpu.shared_bytes(op)
+        assert k.trip_count == 1 and not k.parallel
+        assert f".entry {k.name}(" in p.ptx
+        bx, by, bz = k.block
+        assert f".maxntid {bx}, {by}, {bz}" in p.ptx
+    assert "__nvvm_reflect" not in p.ptx and ".extern" not in p.ptx
+    rep = assemble(p.ptx, arch)
+    assert sorted(rep.kernels) == sorted(p.kernel_names)
+    for k in t.kernels:
+        assert rep.kernels[k.name].shared_bytes == k.shared_bytes, k.name
+    return p, rep
+
+
+def _resources_line(name, p, rep) -> str:
+    regs = [r.registers for r in rep.kernels.values()]
+    spilled = [n for n, r in rep.kernels.items() if r.spill_stores or r.spill_loads]
+    sched = {}
+    for k in p.table.kernels:
+        sched[k.schedule] = sched.get(k.schedule, 0) + 1
+    return (f"{name}: {len(regs)} kernels {sched}, registers max {max(regs)} median "
+            f"{int(np.median(regs))}, spilling kernels {len(spilled)} ({rep.spills} bytes), "
+            f"PTX {len(p.ptx) // 1024} KiB, cubin {rep.cubin_bytes // 1024} KiB")
+
+
+@needs_ptxas
+@pytest.mark.slow
+@pytest.mark.parametrize("name", __import__("light_models").NAMES)
+def test_light_model_ptx_assembles(name):
+    import light_models as lm
+    m = mapped(lm.path(name))
+    p, rep = check_mapped_ptx(m)
+    print("\n" + _resources_line(name, p, rep))
+
+
+@needs_ptxas
+def test_random_graphs_ptx_assembles():
+    from hypothesis import HealthCheck, given, settings
+    from property.strategies import graphs
+
+    @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(graphs(max_layers=4))
+    def run(case):
+        check_mapped_ptx(mapped(case.network))
+    run()
+
+
+# ---- on a GPU: the PTX computes what the interpreter computes ---------------------------------
+
+def run_on_gpu(p: PtxProgram, inputs: dict) -> dict:
+    """Run a PtxProgram's kernels in order on the current GPU (numba-cuda loads the PTX,
+    cuda.core launches): inputs and weights copied in, scratch and outputs NaN-filled (so an
+    unwritten element shows), outputs copied back. Arguments must have the default layout."""
+    import cuda.core as cc
+    from numba import cuda
+
+    from ptxc.dialects.loop import allocate
+    t = p.table
+    host = []
+    for s in t.slots:
+        if s.kind == "arg":
+            assert s.type.is_default_layout, s
+            host.append(np.ascontiguousarray(inputs[s.name]).reshape(-1) if s.name in inputs
+                        else allocate(s.type).reshape(-1))
+        elif s.kind == "global":
+            host.append(np.ascontiguousarray(p.globals[s.name]).reshape(-1))
+        else:
+            host.append(np.full(max(s.span, 1), np.nan if np.dtype(s.dtype).kind == "f" else 0,
+                                s.dtype))
+    dev = [cuda.to_device(h if h.size else np.zeros(1, h.dtype)) for h in host]
+    mod = cuda.current_context().create_module_ptx(p.ptx)
+    stream = cc.Device().create_stream()
+    for k in t.kernels:
+        kernel = mod.get_function(k.name).kernel
+        cc.launch(stream, cc.LaunchConfig(grid=k.grid, block=k.block), kernel,
+                  *[dev[i].device_ctypes_pointer.value for i in k.buffers])
+    stream.sync()
+    out = {}
+    for s, d in zip(t.slots, dev):
+        if s.kind == "arg" and s.name in t.outputs:
+            out[s.name] = d.copy_to_host()[:s.span].reshape(s.shape)
+    return out
+
+
+def ulps(a, b):
+    from test_loop_to_llvm import ulps as u
+    return u(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["block_sum", "all_ids", "mixed_types",
+                                  "two_launches_and_weights"])
+def test_handmade_launches_on_gpu(case):
+    m, inputs = globals()[case]()
+    want = run_main(m, inputs)
+    got = run_on_gpu(lower_to_ptx(m), inputs)
+    for k in want:
+        if case == "block_sum":  # a tree sum: another order of additions than numpy's
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+        else:
+            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("el", [F32, F64, F16], ids=str)
+def test_math_on_gpu_within_ulps_of_numpy(el):
+    """libdevice against numpy (the interpreter): exact for sqrt/abs/floor/ceil, a few ulps for
+    the transcendental functions (libdevice's documented bounds: 2 ulp exp/log/tanh/erf f32,
+    pow 2 ulp f32; f64 1-2 ulp; f16 rounds an f32 result)."""
+    m, inputs = all_math(el, n=2000)
+    want = run_main(m, inputs)
+    got = run_on_gpu(lower_to_ptx(m), inputs)
+    for name in MATH + ["pow"]:
+        k = f"y_{name}"
+        d = ulps(got[k], want[k]).max()
+        exact = name in ("sqrt", "abs", "floor", "ceil")
+        assert d <= (0 if exact else 1 if el == F16 else 4), (name, d)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(__import__("test_loop_dialect").PROGRAMS))
+def test_loop_programs_mapped_run_on_gpu(name):
+    """Every hand-written loop program of tests/test_loop_dialect.py, mapped by map-to-gpu, runs
+    on the GPU to the interpreter's answer (exp within 4 ulps, all else exact)."""
+    from test_loop_dialect import PROGRAMS
+
+    from ptxc.rewrite import PassManager
+    m, inputs, _ = PROGRAMS[name]()
+    want = run_main(m, inputs)
+    PassManager("map-to-gpu").run(m)
+    got = run_on_gpu(lower_to_ptx(m), inputs)
+    for k in want:
+        if name == "softmax":
+            assert ulps(got[k], want[k]).max() <= 4, k
+        else:
+            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["squeezenet", "inception_v1"])
+def test_light_model_ptx_on_gpu_gives_the_expected_output(name):
+    import light_models as lm
+    model = lm.load(name)
+    p = lower_to_ptx(mapped(lm.path(name)))
+    (out,) = run_on_gpu(p, lm.dummy_inputs(model)).values()
+    np.testing.assert_allclose(out, lm.expected_output(name), rtol=1e-3, atol=1e-7)
