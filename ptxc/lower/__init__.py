@@ -3,7 +3,8 @@
 
 Importing this package registers the lowering passes (the pass registry imports it with the
 builtin passes): ``lower-graph-to-tensor`` (graph_to_tensor/), ``generalize-named-ops`` and
-``fuse-tensor-elementwise`` (tensor_passes.py).
+``fuse-tensor-elementwise`` (tensor_passes.py), ``lower-tensor-to-loop`` (tensor_to_loop/),
+``map-to-gpu`` (gpu_map/).
 """
 
-from . import graph_to_tensor, tensor_passes, tensor_to_loop  # noqa: F401
+from . import graph_to_tensor, tensor_passes, tensor_to_loop, gpu_map  # noqa: F401

@@ -1,0 +1,134 @@
+"""loop -> loop + gpu: map every top-level kernel of a loop function onto a grid of thread blocks.
+
+A kernel (a top-level ``loop.parallel``, ``loop.for`` or ``loop.copy``; loop_to_llvm's
+definition) becomes a ``gpu.launch`` holding an equivalent nest written with thread and block
+ids (ptxc/dialects/gpu.py). The schedules in :data:`SCHEDULES` are tried in order; each is
+``schedule(op, options) -> Operation | None``: it inserts a launch before ``op`` and returns it,
+or returns None when it does not apply; the pass then erases ``op``. ``options`` is the pass
+instance (its fields: ``block_size``); a schedule reads what it needs with ``getattr`` and a
+default. Shared helpers for schedules are in common.py.
+
+Decisions:
+
+* the pointwise schedule takes every kernel, so it is last and the pass always succeeds; the
+  pass still checks that no top-level kernel is left and fails naming any that is;
+* a nest of zero iteration points does nothing and is erased, not launched (CUDA refuses an
+  empty grid);
+* top-level scalar ops (constants) stay where they are: the launch body reads them, and
+  loop_to_llvm re-emits top-level scalars in each kernel that uses them, as on the CPU;
+* ``loc`` of each launch is that of the nest it replaces, so errors and ``inspect`` still name
+  the ONNX node.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ...dialects.func import func_body, functions
+from ...dialects.gpu import MAX_THREADS
+from ...errors import CompileError
+from ...ir.core import Operation
+from ...rewrite.pass_ import Pass, register_pass
+from . import pointwise
+from .common import KERNEL_OPS, parallel_space, points
+
+#: (name, schedule) in the order they are tried
+SCHEDULES = [
+    ("pointwise", pointwise.schedule),
+]
+
+
+def _empty(op: Operation) -> bool:
+    if op.name == "loop.parallel":
+        return points(parallel_space(op)[2]) == 0
+    if op.name == "loop.copy":
+        return op.operands[0].type.size == 0
+    return op.attributes["upper"] <= op.attributes["lower"] and not op.has_uses
+
+
+def map_to_gpu(module: Operation, options=None) -> bool:
+    """Replace every top-level kernel of every function of ``module`` by a gpu.launch (see the
+    module docstring); returns whether anything changed."""
+    changed = False
+    for f in functions(module):
+        body = func_body(f)
+        for op in list(body.ops):
+            if op.name not in KERNEL_OPS:
+                continue
+            changed = True
+            if _empty(op):
+                op.erase()
+                continue
+            for _, sched in SCHEDULES:
+                if sched(op, options) is not None:
+                    op.erase()
+                    break
+        left = [op.where for op in body.ops if op.name in KERNEL_OPS]
+        if left:
+            raise CompileError("map-to-gpu: no schedule took " + ", ".join(left))
+    return changed
+
+
+def _check_block_size(instance, attribute, value):
+    if not 1 <= value <= MAX_THREADS:
+        raise ValueError(f"block-size must be in [1, {MAX_THREADS}], is {value}")
+
+
+@register_pass
+@attrs.frozen
+class MapToGpu(Pass):
+    """Map every top-level loop nest (loop.parallel, loop.for, loop.copy) to a gpu.launch, trying
+    the schedules of ``SCHEDULES`` in order, pointwise last (one thread per point, the
+    parallel dims collapsed into ``block_id.x * B + thread_id.x``, guarded where the grid
+    overshoots). ``block-size``: the most threads per block a pointwise launch uses.
+
+    Before:
+        "builtin.module"() ({
+          "func.func"() ({
+          ^bb0(%x: buffer<3x100xf32>, %y: buffer<3x100xf32>):
+            %c = "arith.constant"() {type = f32, value = 2.0} : () -> f32
+            "loop.parallel"() ({
+            ^bb0(%i: index, %j: index):
+              %v = "loop.load"(%x, %i, %j) : (buffer<3x100xf32>, index, index) -> f32
+              %w = "arith.mul"(%v, %c) : (f32, f32) -> f32
+              "loop.store"(%w, %y, %i, %j) : (f32, buffer<3x100xf32>, index, index) -> ()
+              "loop.yield"() : () -> ()
+            }) {lower = [0, 0], upper = [3, 100]} : () -> () loc("double")
+            "func.return"() : () -> ()
+          }) {arg_names = ["x", "y"], function_type = (buffer<3x100xf32>, buffer<3x100xf32>) -> (), loop.outputs = ["y"], sym_name = "main"} : () -> ()
+        }) : () -> ()
+    After:
+        "builtin.module"() ({
+          "func.func"() ({
+          ^bb0(%x: buffer<3x100xf32>, %y: buffer<3x100xf32>):
+            %c = "arith.constant"() {type = f32, value = 2.0} : () -> f32
+            "gpu.launch"() ({
+              %0 = "gpu.thread_id"() {dim = 0} : () -> index
+              %1 = "gpu.block_id"() {dim = 0} : () -> index
+              %2 = "arith.constant"() {type = index, value = 256} : () -> index
+              %3 = "arith.mul"(%1, %2) : (index, index) -> index
+              %4 = "arith.add"(%3, %0) : (index, index) -> index
+              %5 = "arith.constant"() {type = index, value = 300} : () -> index
+              %6 = "arith.cmp"(%4, %5) {predicate = "lt"} : (index, index) -> i1
+              "loop.if"(%6) ({
+                %7 = "arith.constant"() {type = index, value = 100} : () -> index
+                %8 = "arith.div"(%4, %7) : (index, index) -> index
+                %9 = "arith.mul"(%8, %7) : (index, index) -> index
+                %10 = "arith.sub"(%4, %9) : (index, index) -> index
+                %v = "loop.load"(%x, %8, %10) : (buffer<3x100xf32>, index, index) -> f32
+                %w = "arith.mul"(%v, %c) : (f32, f32) -> f32
+                "loop.store"(%w, %y, %8, %10) : (f32, buffer<3x100xf32>, index, index) -> ()
+                "loop.yield"() : () -> ()
+              }) : (i1) -> ()
+              "loop.yield"() : () -> ()
+            }) {block = [256, 1, 1], grid = [2, 1, 1], schedule = "pointwise"} : () -> () loc("double")
+            "func.return"() : () -> ()
+          }) {arg_names = ["x", "y"], function_type = (buffer<3x100xf32>, buffer<3x100xf32>) -> (), loop.outputs = ["y"], sym_name = "main"} : () -> ()
+        }) : () -> ()
+    """
+
+    name = "map-to-gpu"
+    block_size: int = attrs.field(default=256, validator=_check_block_size)
+
+    def run(self, module: Operation) -> bool:
+        return map_to_gpu(module, self)

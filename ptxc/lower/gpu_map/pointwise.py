@@ -1,0 +1,75 @@
+"""The pointwise schedule: one thread per iteration point of a top-level nest.
+
+The parallel dimensions of a ``loop.parallel`` are collapsed into one linear index
+``lin = block_id.x * B + thread_id.x`` (row-major: the last dimension varies fastest across
+neighbouring threads, so loads and stores of row-major buffers coalesce), guarded by
+``loop.if (lin < points)`` where the grid overshoots, and delinearized with div/mod by constants
+into iteration numbers and then induction values (``lower + t * step``). The body is cloned
+with its induction variables remapped; an inner ``loop.for`` (a reduction the other schedules
+did not take) runs sequentially in its thread. A ``loop.copy`` is the nest of a load and a store
+over its shape. ``B`` is the pass's ``block_size`` (256), fewer -- a multiple of 32 -- for small
+nests; ``grid = ceil(points / B)``.
+
+A nest of one point (a ``loop.parallel`` without dimensions, a rank-0 copy) and a top-level
+``loop.for`` run in a launch of a single thread (grid 1, block 1, no guard). A sequential
+top-level ``loop.for`` reaching this schedule was taken by no other: the reduction schedule
+normally maps the full reductions that tensor-to-loop writes as such loops; the fallback is
+correct but uses one GPU thread, so its launch is named ``schedule = "sequential"`` for
+``ptxc inspect`` to show.
+"""
+
+from __future__ import annotations
+
+from ...dialects.loop import if_op
+from ...errors import CompileError
+from ...ir.core import Operation
+from .common import (block_size, clone_body, cmp, const, delinearize, grid_size, induction_values,
+                     launch_before, linear_thread_index, parallel_space, points)
+
+
+def schedule(op: Operation, options) -> Operation | None:
+    """Map ``op`` (a top-level loop.parallel, loop.copy or loop.for) to a gpu.launch inserted
+    before it; returns the launch (the pass erases ``op``). Takes every kernel."""
+    max_block = int(getattr(options, "block_size", 256)) if options is not None else 256
+    if op.name == "loop.parallel":
+        lower, step, trips = parallel_space(op)
+        body = op.regions[0].blocks[0]
+
+        def emit(b, ivs):
+            clone_body(body, b, dict(zip(body.args, ivs)))
+        return _nest(op, trips, lower, step, emit, max_block, "pointwise")
+    if op.name == "loop.copy":
+        src, dst = op.operands
+        shape = list(src.type.shape)
+
+        def emit(b, ivs):
+            v = b.create("loop.load", [src, ivs]).result
+            b.create("loop.store", [v, dst, ivs])
+        return _nest(op, shape, [0] * len(shape), [1] * len(shape), emit, max_block, "pointwise")
+    if op.name == "loop.for":
+        if op.has_uses:
+            raise CompileError(f"{op.where}: the results of a top-level loop.for are read by "
+                               "other ops; a kernel cannot return values")
+
+        def emit(b, ivs):
+            b.insert(op.clone({}))
+        return _nest(op, [], [], [], emit, max_block, "sequential")
+    return None
+
+
+def _nest(op: Operation, trips, lower, step, emit, max_block: int, name: str) -> Operation:
+    """A launch with one thread per point of the iteration space ``trips``; ``emit(b, ivs)``
+    writes one point's work given its induction values."""
+    n = points(trips)
+    if n == 1:  # a single point: one thread, no ids, no guard
+        launch, b = launch_before(op, (1, 1, 1), (1, 1, 1), name)
+        emit(b, [const(b, lo) for lo in lower])
+        return launch
+    block = block_size(n, max_block)
+    grid = grid_size(n, block, op.where)
+    launch, b = launch_before(op, (grid, 1, 1), (block, 1, 1), name)
+    lin = linear_thread_index(b, block, grid)
+    if grid * block != n:
+        _, b = if_op(b, cmp(b, "lt", lin, n))
+    emit(b, induction_values(b, delinearize(b, lin, trips), lower, step))
+    return launch

@@ -1,0 +1,301 @@
+"""map-to-gpu: every top-level kernel becomes a gpu.launch computing the same thing.
+
+Unit nests (offsets and steps, copies, rank 0, sequential loops, nested parallels, empty nests,
+block sizes and the grid limit), one-node ONNX models and the nine light models lowered from the
+graph, and random graphs from the shared strategy: each is interpreted before and after the pass
+(``check_numerics``) and must be equal; afterwards no top-level loop.parallel/for/copy remains
+and every launch is within CUDA's limits."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import light_models as lm
+import ptxc
+from ptxc import interpret
+from ptxc.dialects.func import func_body, functions, new_func, new_module, set_func_results
+from ptxc.dialects.gpu import check_dims
+from ptxc.dialects.loop import OUTPUTS_ATTR, for_loop, parallel_loop
+from ptxc.errors import CompileError
+from ptxc.ir import Builder, parse_ir, print_ir, verify
+from ptxc.ir.types import F32, INDEX, BufferType
+from ptxc.lower.gpu_map import SCHEDULES, MapToGpu
+from ptxc.lower.gpu_map.common import block_size, delinearize, grid_size
+from ptxc.rewrite import PassManager, get_pass
+
+from one_node import make_model, rand
+from property.strategies import graphs
+
+TO_LOOP = "lower-graph-to-tensor,fuse-tensor-elementwise,lower-tensor-to-loop"
+
+
+def launches(module):
+    return [op for op in module.walk() if op.name == "gpu.launch"]
+
+
+def assert_mapped(module):
+    """No top-level kernel left; launches only at the top level, within CUDA's limits."""
+    for f in functions(module):
+        top = [op.name for op in func_body(f).ops]
+        left = [n for n in top if n in ("loop.parallel", "loop.for", "loop.copy")]
+        assert not left, left
+    for launch in launches(module):
+        assert launch.parent_op.name == "func.func"
+        assert check_dims(launch.attributes["grid"], launch.attributes["block"]) is None
+        assert launch.attributes["schedule"] in {name for name, _ in SCHEDULES} | {"sequential"}
+
+
+def map_and_check(module, inputs=None, **options):
+    """map-to-gpu under check_numerics (random inputs), and, with ``inputs``, the interpreter's
+    outputs before and after compared on them too; returns the outputs after."""
+    before = interpret(module, inputs) if inputs is not None else None
+    PassManager([get_pass("map-to-gpu", **options)], check_numerics=True).run(module)
+    assert_mapped(module)
+    verify(parse_ir(print_ir(module)))  # the mapped module survives the text format
+    if inputs is None:
+        return None
+    after = interpret(module, inputs)
+    assert list(after) == list(before)
+    for k in before:
+        np.testing.assert_array_equal(after[k], before[k], err_msg=k)
+    return after
+
+
+# ---- unit nests --------------------------------------------------------------------------------
+
+def module(args, outputs, body):
+    m = new_module()
+    f = new_func(m, "main", list(args.values()), list(args))
+    b = Builder.at_end(func_body(f))
+    body(b, *func_body(f).args)
+    set_func_results(f, [])
+    f.attributes[OUTPUTS_ATTR] = tuple(outputs)
+    verify(m)
+    return m
+
+
+def c(b, value, t=INDEX):
+    return b.create("arith.constant", [], {"value": value, "type": t}).result
+
+
+def op(b, name, *args, **attrs):
+    return b.create(name, list(args), attrs or None).result
+
+
+def load(b, buffer, *idx):
+    return b.create("loop.load", [buffer, list(idx)]).result
+
+
+def store(b, value, buffer, *idx):
+    b.create("loop.store", [value, buffer, list(idx)])
+
+
+def buf(*shape):
+    return BufferType(shape, F32)
+
+
+def test_offsets_and_steps_become_induction_values():
+    """y[i, j] = x[i, j] + i * 100 + j over i in range(1, 8, 2), j in range(2, 20, 3); the rest
+    of y is zero (a first nest), so a wrong induction value shows."""
+    def body(b, x, y):
+        _, p, (i, j) = parallel_loop(b, (0, 0), (8, 20))
+        store(p, c(p, 0.0, F32), y, i, j)
+        _, p, (i, j) = parallel_loop(b, (1, 2), (8, 20), (2, 3), loc="strided")
+        k = op(p, "arith.add", op(p, "arith.mul", i, c(p, 100)), j)
+        store(p, op(p, "arith.add", load(p, x, i, j), op(p, "arith.cast", k, to=F32)), y, i, j)
+
+    m = module({"x": buf(8, 20), "y": buf(8, 20)}, ["y"], body)
+    x = np.random.default_rng(0).standard_normal((8, 20)).astype(np.float32)
+    got = map_and_check(m, {"x": x})["y"]
+    want = np.zeros((8, 20), np.float32)
+    i, j = np.meshgrid(np.arange(1, 8, 2), np.arange(2, 20, 3), indexing="ij")
+    want[i, j] = x[i, j] + (i * 100 + j).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+    strided = [ln for ln in launches(m) if ln.loc == "strided"]
+    assert len(strided) == 1 and strided[0].attributes["block"] == (32, 1, 1)  # 4 * 6 points
+
+
+def test_copies_rank_2_and_rank_0():
+    def body(b, x, s, y, t):
+        b.create("loop.copy", [x, y])
+        b.create("loop.copy", [s, t])
+
+    m = module({"x": buf(5, 70), "s": buf(), "y": buf(5, 70), "t": buf()}, ["y", "t"], body)
+    x = np.random.default_rng(1).standard_normal((5, 70)).astype(np.float32)
+    got = map_and_check(m, {"x": x, "s": np.float32(3.5)})
+    np.testing.assert_array_equal(got["y"], x)
+    assert got["t"] == np.float32(3.5)
+    (big, small) = launches(m)
+    assert big.attributes["grid"] == (2, 1, 1) and big.attributes["block"] == (256, 1, 1)
+    assert small.attributes["grid"] == (1, 1, 1) and small.attributes["block"] == (1, 1, 1)
+
+
+def test_top_level_for_runs_in_one_thread():
+    """A sequential prefix sum (each step reads the previous one's store): only a single thread
+    may run it."""
+    def body(b, x, y):
+        _, p, (i,) = parallel_loop(b, (0,), (1,))
+        store(p, load(p, x, i), y, i)
+        _, f, k, _ = for_loop(b, 1, 50)
+        store(f, op(f, "arith.add", load(f, y, op(f, "arith.sub", k, c(f, 1))),
+                    load(f, x, k)), y, k)
+
+    m = module({"x": buf(50), "y": buf(50)}, ["y"], body)
+    x = np.random.default_rng(2).standard_normal(50).astype(np.float32)
+    got = map_and_check(m, {"x": x})["y"]
+    np.testing.assert_allclose(got, np.cumsum(x), rtol=1e-5, atol=1e-5)
+    assert [ln.attributes["schedule"] for ln in launches(m)] == ["pointwise", "sequential"]
+
+
+def test_top_level_for_with_used_results_refused():
+    def body(b, y):
+        f, fb, k, (acc,) = for_loop(b, 0, 4, inits=[c(b, 0.0, F32)])
+        fb.create("loop.yield", [acc])
+        op(b, "arith.add", f.results[0], f.results[0])
+
+    m = module({"y": buf(1)}, ["y"], body)
+    with pytest.raises(CompileError, match="results of a top-level loop.for"):
+        get_pass("map-to-gpu").run(m)
+
+
+def test_zero_dim_and_nested_parallel_and_empty_nests():
+    def body(b, x, y, z):
+        _, p, () = parallel_loop(b, (), ())
+        store(p, c(p, 7.0, F32), z)
+        _, p, (i,) = parallel_loop(b, (0,), (33,))  # 33 rows; each thread runs a nested nest
+        _, q, (j,) = parallel_loop(p, (0,), (6,))
+        store(q, op(q, "arith.mul", load(q, x, i, j), c(q, 3.0, F32)), y, i, j)
+        _, p, (i,) = parallel_loop(b, (5,), (5,))  # no points: erased
+        store(p, c(p, 1.0, F32), z)
+
+    m = module({"x": buf(33, 6), "y": buf(33, 6), "z": buf()}, ["y", "z"], body)
+    x = np.random.default_rng(3).standard_normal((33, 6)).astype(np.float32)
+    got = map_and_check(m, {"x": x})
+    np.testing.assert_array_equal(got["y"], x * np.float32(3))
+    assert got["z"] == 7.0
+    assert len(launches(m)) == 2
+    assert launches(m)[1].attributes["block"] == (64, 1, 1)
+
+
+@pytest.mark.parametrize("points, max_block, block, grid", [
+    (1, 256, 32, 1), (40, 256, 64, 1), (256, 256, 256, 1), (1000, 256, 256, 4),
+    (1000, 128, 128, 8), (100, 1024, 128, 1), (5, 1, 1, 5)])
+def test_launch_sizes(points, max_block, block, grid):
+    assert block_size(points, max_block) == block
+    assert grid_size(points, block) == grid
+
+
+def test_grid_limit_refused():
+    with pytest.raises(CompileError, match="grid.x"):
+        grid_size(2 ** 31 * 256, 256, "nest")
+
+    def body(b, y):
+        parallel_loop(b, (0, 0), (2 ** 20, 2 ** 20), loc="huge")
+
+    m = module({"y": buf(1)}, ["y"], body)
+    with pytest.raises(CompileError, match="huge"):
+        get_pass("map-to-gpu").run(m)
+
+
+def test_block_size_option_and_exact_grid_has_no_guard():
+    def body(b, x, y):
+        _, p, (i, j) = parallel_loop(b, (0, 0), (4, 64))
+        store(p, load(p, x, i, j), y, i, j)
+
+    m = module({"x": buf(4, 64), "y": buf(4, 64)}, ["y"], body)
+    x = np.random.default_rng(4).standard_normal((4, 64)).astype(np.float32)
+    map_and_check(m, {"x": x}, block_size=128)
+    (launch,) = launches(m)
+    assert launch.attributes["grid"] == (2, 1, 1) and launch.attributes["block"] == (128, 1, 1)
+    assert not [o for o in launch.walk() if o.name == "loop.if"]
+    assert str(get_pass("map-to-gpu", block_size=128)) == "map-to-gpu{block-size=128}"
+    with pytest.raises(CompileError, match="block-size"):
+        get_pass("map-to-gpu", block_size=2048)
+
+
+def test_delinearize_is_row_major():
+    """The index arithmetic alone, interpreted: lin -> (i, j, k) of a 3x1x7x5 space."""
+    trips = (3, 1, 7, 5)
+
+    def body(b, y):
+        _, p, (lin,) = parallel_loop(b, (0,), (105,))
+        for d, v in enumerate(delinearize(p, lin, trips)):
+            store(p, op(p, "arith.cast", v, to=F32), y, lin, c(p, d))
+
+    m = module({"y": buf(105, 4)}, ["y"], body)
+    got = interpret(m, {})["y"]
+    want = np.stack(np.unravel_index(np.arange(105), trips), axis=1)
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+def test_pass_is_registered_with_docstring_example():
+    assert type(get_pass("map-to-gpu")) is MapToGpu
+    assert [name for name, _ in SCHEDULES][-1] == "pointwise"
+
+
+# ---- from ONNX -----------------------------------------------------------------------------------
+
+ONE_NODE = {
+    "relu": lambda: make_model("Relu", [("x", rand(2, 3, 5, 7))]),
+    "add_broadcast": lambda: make_model("Add", [("a", rand(4, 1, 6)), ("b", rand(3, 1))]),
+    "matmul": lambda: make_model("MatMul", [("a", rand(2, 5, 9)), ("b", rand(9, 4))]),
+    "gemm": lambda: make_model("Gemm", [("a", rand(3, 8)), "w", "c"],
+                               {"w": rand(6, 8), "c": rand(6)}, transB=1),
+    "conv": lambda: make_model("Conv", [("x", rand(1, 3, 9, 9)), "w", "b"],
+                               {"w": rand(4, 3, 3, 3), "b": rand(4)}, pads=[1, 1, 1, 1],
+                               strides=[2, 2]),
+    "maxpool": lambda: make_model("MaxPool", [("x", rand(1, 2, 8, 8))], kernel_shape=[3, 3],
+                                  strides=[2, 2]),
+    "softmax": lambda: make_model("Softmax", [("x", rand(3, 17))], axis=-1),
+    "reduce_all": lambda: make_model("ReduceSum", [("x", rand(4, 50))], keepdims=0),
+    "transpose": lambda: make_model("Transpose", [("x", rand(2, 3, 4))], perm=[2, 0, 1]),
+    "concat": lambda: make_model("Concat", [("a", rand(2, 3)), ("b", rand(2, 5))], axis=1),
+    "global_avg_pool": lambda: make_model("GlobalAveragePool", [("x", rand(1, 6, 5, 5))]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ONE_NODE))
+def test_one_node_models(name):
+    model = ONE_NODE[name]()
+    module = ptxc.import_onnx(model)
+    inputs = {vi.name: rand(*[d.dim_value for d in vi.type.tensor_type.shape.dim])
+              for vi in model.graph.input if vi.name not in {t.name for t in
+                                                              model.graph.initializer}}
+    PassManager(TO_LOOP).run(module)
+    map_and_check(module, inputs)
+
+
+# ---- the nine light models -----------------------------------------------------------------------
+
+FAST = {"squeezenet", "shufflenet"}
+
+
+def _light(name):
+    module = ptxc.import_onnx(lm.path(name))
+    PassManager("graph-opt," + TO_LOOP).run(module)
+    inputs = lm.dummy_inputs(lm.load(name))
+    after = map_and_check(module, inputs)
+    np.testing.assert_allclose(next(iter(after.values())), lm.expected_output(name),
+                               rtol=1e-3, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", sorted(FAST))
+def test_light_models(name):
+    _light(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(lm.NAMES) - FAST))
+def test_light_models_slow(name):
+    _light(name)
+
+
+# ---- random graphs -----------------------------------------------------------------------------
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=graphs())
+def test_random_graphs(case):
+    module = case.network.to_module()
+    PassManager("graph-opt," + TO_LOOP).run(module)
+    map_and_check(module, case.inputs)
