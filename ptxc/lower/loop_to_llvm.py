@@ -33,9 +33,12 @@ zero-extended to ``index``); ``gpu.barrier`` is ``llvm.nvvm.barrier.cta.sync.ali
 (``bar.sync 0``; LLVM 22's name, ``barrier0`` is only auto-upgraded); a ``gpu.shared`` buffer is
 an ``internal addrspace(3)`` array per kernel, aligned 16; ``loop.if`` is a conditional branch;
 math calls libdevice's ``__nv_*`` functions (declared here, linked by :mod:`ptxc.ptx`). The
-module carries ``!nvvm.annotations`` ``maxntid{x,y,z}`` = the block (ptxas then budgets registers
-for that many threads, not 1024) and the ``nvvm-reflect-ftz = 0`` module flag (libdevice keeps
-denormals, as numpy).
+module carries ``!nvvm.annotations`` ``maxntid{x,y,z}`` = the block and the ``nvvm-reflect-ftz = 0``
+module flag (libdevice keeps denormals, as numpy). ``.maxntid`` lets LLVM bound the thread ids
+and tells ptxas how many threads a block has: without it ptxas may use up to 255 registers and a
+block of more than 256 threads could fail to launch ("too many resources"); with it ptxas also
+trades a few registers for occupancy (on ResNet-50's tiled convs: 56-64 registers and 8-16 bytes
+of spills instead of 66-72 and none).
 
 The result is an :class:`LLVMProgram`: the module text (what ``explore --stage llvm`` shows,
 before optimization), a :class:`KernelTable` (kernels in order, their buffers, ranges; the root
