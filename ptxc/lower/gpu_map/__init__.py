@@ -29,12 +29,13 @@ from ...dialects.gpu import MAX_THREADS
 from ...errors import CompileError
 from ...ir.core import Operation
 from ...rewrite.pass_ import Pass, register_pass
-from . import pointwise, tiled
+from . import pointwise, reduction, tiled
 from .common import KERNEL_OPS, parallel_space, points
 
 #: (name, schedule) in the order they are tried
 SCHEDULES = [
     ("tiled", tiled.schedule),
+    ("reduction", reduction.schedule),
     ("pointwise", pointwise.schedule),
 ]
 
