@@ -11,6 +11,7 @@ symbolic input dimensions (``input_shapes``) and inputs that decide a shape
 
 Device "CPU" has two modes: ``compile`` (the default: graph-opt, the lowerings and the LLVM JIT,
 an Engine) and ``interpret`` (the graph-dialect interpreter on the imported graph, the reference).
+Device "CUDA" (compile mode only) compiles with ``target="cuda"``: PTX run on the current GPU.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from .ir.interpreter import interpret
 
 
 class PtxcRep(BackendRep):
-    def __init__(self, model: onnx.ModelProto, mode: str = "compile"):
+    def __init__(self, model: onnx.ModelProto, mode: str = "compile", target: str = "cpu"):
         if mode not in ("compile", "interpret"):
             raise ValueError(f"mode must be 'compile' or 'interpret', not {mode!r}")
         self.model = model
         self.mode = mode
+        self.target = target
         inits = {t.name for t in model.graph.initializer}
         self.input_names = [vi.name for vi in model.graph.input if vi.name not in inits]
         self.output_names = [vi.name for vi in model.graph.output]
@@ -84,16 +86,27 @@ class PtxcRep(BackendRep):
         else:
             if self.engine is None or self.engine_key != self.bound_key:
                 from .compiler import compile as compile_model
-                self.engine = compile_model(self.module, target="cpu")
+                self.engine = compile_model(self.module, target=self.target)
                 self.engine_key = self.bound_key
             out = self.engine.run(runtime)
         return tuple(out[n] for n in self.output_names)
 
 
 class PtxcBackend(Backend):
-    """The ONNX backend; ``mode`` is "compile" (CPU engine) or "interpret" (reference)."""
+    """The ONNX backend; ``mode`` is "compile" (an engine for device CPU or CUDA) or "interpret"
+    (the reference, device CPU only)."""
 
     mode = "compile"
+
+    @classmethod
+    def _target(cls, device: str) -> str:
+        """The compile target of an ONNX device string ("CPU", "CUDA", "CUDA:0")."""
+        kind = str(device).split(":")[0].upper()
+        if kind == "CUDA" and cls.mode == "compile":
+            return "cuda"
+        if kind == "CPU":
+            return "cpu"
+        raise ValueError(f"ptxc's {cls.mode} backend does not run on device {device!r}")
 
     @classmethod
     def is_compatible(cls, model, device: str = "CPU", **kwargs) -> bool:
@@ -103,8 +116,9 @@ class PtxcBackend(Backend):
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", **kwargs) -> PtxcRep:
+        target = cls._target(device)
         proto, _ = load_model(model)
-        return PtxcRep(proto, cls.mode)
+        return PtxcRep(proto, cls.mode, target)
 
     @classmethod
     def run_model(cls, model, inputs, device: str = "CPU", **kwargs):
@@ -112,7 +126,11 @@ class PtxcBackend(Backend):
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
-        return device == "CPU"
+        try:
+            cls._target(device)
+        except ValueError:
+            return False
+        return True
 
 
 class PtxcInterpreterBackend(PtxcBackend):

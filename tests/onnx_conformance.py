@@ -62,20 +62,22 @@ def read_xfails(path: str = XFAIL_FILE) -> dict[str, str]:
     return out
 
 
-def make_backend_test(backend, module_name: str, extra_xfail_file: str | None = None):
-    """A configured BackendTest whose generated test classes go into ``module_name``.
+def make_backend_test(backend, module_name: str, extra_xfail_file: str | None = None,
+                      device: str = "cpu"):
+    """A configured BackendTest whose generated test classes go into ``module_name``, the tests
+    of one ``device`` ("cpu" or "cuda": the suffix BackendTest gives each test).
     ``extra_xfail_file`` lists what fails on this backend only (beside the common list)."""
     import onnx.backend.test
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         bt = onnx.backend.test.BackendTest(backend, module_name)
     names = [name for _, name, ok in cases() if ok]
-    bt.include("^(" + "|".join(re.escape(n) for n in names) + ")_cpu$")
+    bt.include("^(" + "|".join(re.escape(n) for n in names) + f")_{device}$")
     xfails = read_xfails()
     if extra_xfail_file:
         xfails.update(read_xfails(os.path.join(os.path.dirname(__file__), extra_xfail_file)))
     for name in xfails:
-        bt.xfail("^" + re.escape(name) + "_cpu$")
+        bt.xfail("^" + re.escape(name) + f"_{device}$")
     return bt
 
 
