@@ -92,9 +92,11 @@ index lies inside the buffer (the box of an edge tile reaches past it: those sha
 stay unwritten, and no valid thread reads them), then ``gpu.barrier``, the threads run the chunk
 reading shared memory at ``global index - box origin``, then ``gpu.barrier`` (before the next
 chunk overwrites the tiles). Guards that can never fail (the whole nest's range of that index
-stays inside the buffer) are left out. Shared footprint: at most 48 KiB per block (the static
-limit of ``__shared__``); when the boxes do not fit, ``TK`` is halved, then the tile (``by``,
-then ``bx``); a nest that fits nowhere with reuse left is declined.
+stays inside the buffer) are left out. Shared footprint (each buffer padded to whole 16-byte
+units, as ptxas aligns them): at most 48 KiB per block (the static limit of ``__shared__``);
+when the boxes do not fit, ``TK`` is halved, then the tile (``by``, then ``bx``), and a group
+whose box is no smaller than the reads it serves stays global; a nest left without reuse is
+declined.
 
 Numerics: each accumulator sums the same products in the same order as the original nest, so
 results are bit-identical to it (the interpreter checks before/after equality).
@@ -374,6 +376,22 @@ def _box(nest: Nest, g: Group, x, y, bx, by, tk) -> Box:
     return Box(g, lo, size)
 
 
+def _shared_shape(box: Box) -> list[int]:
+    """The gpu.shared buffer of a box: its dims of extent > 1 (at least one dim), the first one
+    padded so that the buffer is a whole number of 16-byte units (shared arrays are 16-byte
+    aligned: the padding is what ptxas allocates anyway, and counting it keeps the 48 KiB check
+    and the kernel table exact). Indexing is unchanged: the padding rows are never touched."""
+    shape = [s for s in box.size if s > 1] or [1]
+    row = math.prod(shape[1:]) * box.group.buffer.type.element.np_dtype.itemsize
+    unit = 16 // math.gcd(16, row)
+    shape[0] = -(-shape[0] // unit) * unit
+    return shape
+
+
+def _shared_nbytes(box: Box) -> int:
+    return math.prod(_shared_shape(box)) * box.group.buffer.type.element.np_dtype.itemsize
+
+
 def _invariant(g: Group, dim: int) -> bool:
     return all(("p", dim) not in c for c in g.coefs)
 
@@ -387,7 +405,7 @@ def _try(nest: Nest, x, y, bx, by, tk) -> Plan | None:
         if b.elements < reads:
             staged.append(b)
             traffic += b.elements
-            nbytes += b.elements * g.buffer.type.element.np_dtype.itemsize
+            nbytes += _shared_nbytes(b)
             reuse = reuse or (bx > 1 and _invariant(g, x)) or \
                 (by > 1 and _invariant(g, y))
         else:
@@ -557,8 +575,8 @@ def emit(nest: Nest, p: Plan) -> Operation:
     gz = math.prod(nest.counts[d] for d in p.z) if p.z else 1
     launch, lb = launch_op(Builder.before_op(op), (gx, gy, gz), (p.bx, p.by, 1), SCHEDULE,
                            loc=op.loc)
-    shared_bufs = [shared(lb, [s for s in box.size if s > 1] or [1],
-                          box.group.buffer.type.element) for box in p.boxes]
+    shared_bufs = [shared(lb, _shared_shape(box), box.group.buffer.type.element)
+                   for box in p.boxes]
     tx = thread_id(lb, 0)
     ix = _Ix(lb, Builder.before_op(tx.owner), {})   # index constants go before the ids
     bidx = block_id(lb, 0)
