@@ -1,10 +1,11 @@
 """The ``ptxc`` command.
 
     ptxc explore MODEL [--stage graph] [--target cpu|cuda] [--passes P] [--print-ir-after-all] ...
-    ptxc compile MODEL [--target cpu|cuda] [--arch sm_90] [-o model.plan]   compile; print
+    ptxc compile MODEL [--target auto|cpu|cuda] [--arch sm_90] [-o model.plan]   compile; print
                                   bindings, kernels, memory
-    ptxc run MODEL|PLAN [--target cpu|cuda] [--input NAME=file.npy] [--save-outputs DIR]
-                                  one inference (a cuda engine needs a GPU)
+    ptxc run MODEL|PLAN [--target auto|cpu|cuda] [--input NAME=file.npy] [--save-outputs DIR]
+                                  one inference (a cuda engine needs a GPU; auto, the
+                                  default, is cuda where a GPU is present, else cpu)
     ptxc inspect PLAN             what a plan file holds (bindings, kernels, memory plan)
     ptxc ops                      the ONNX op types the importer accepts
 
@@ -85,12 +86,16 @@ def _summary(engine) -> str:
 
 
 def _compile(args):
-    from .compiler import compile as compile_model
-    cuda = {} if args.target != "cuda" else {"arch": args.arch,
-                                              "cuda_graph": not args.no_cuda_graph}
-    if args.target != "cuda" and (args.arch or args.no_cuda_graph):
-        raise PtxcError("--arch and --no-cuda-graph are for --target cuda")
-    return compile_model(resolve_model(args.model), target=args.target,
+    from .compiler import compile as compile_model, resolve_target
+    # --arch or --no-cuda-graph ask for the cuda target; otherwise auto picks it where a GPU is
+    target = ("cuda" if args.target == "auto" and (args.arch or args.no_cuda_graph)
+              else resolve_target(args.target))
+    cuda = {} if target != "cuda" else {"arch": args.arch,
+                                        "cuda_graph": not args.no_cuda_graph}
+    if target != "cuda" and (args.arch or args.no_cuda_graph):
+        raise PtxcError("--arch and --no-cuda-graph are for --target cuda (target here: "
+                        f"{target})")
+    return compile_model(resolve_model(args.model), target=target,
                          precision=args.precision, input_shapes=parse_shapes(args.input_shape),
                          **cuda)
 
@@ -209,7 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=helptext)
         c.add_argument("model", help="ONNX file, light:NAME" + (", or a plan file"
                                                                  if name == "run" else ""))
-        c.add_argument("--target", default="cpu", help="cpu or cuda")
+        c.add_argument("--target", default="auto",
+                       help="cpu, cuda, or auto (the default: cuda where a GPU is present, else "
+                       "cpu)")
         c.add_argument("--arch", default=None,
                        help="cuda: the arch to compile for, e.g. sm_90 (default: PTXC_CUDA_ARCH, "
                        "the GPU here, else sm_90)")

@@ -50,6 +50,16 @@ TARGETS = ("cpu", "cuda")
 PRECISIONS = ("fp32",)
 
 
+def resolve_target(target: str) -> str:
+    """``"auto"`` is ``"cuda"`` where a usable CUDA GPU is present and ``"cpu"`` elsewhere (the
+    CPU JIT is the default without a GPU); any other name is checked and returned."""
+    if target == "auto":
+        from .driver.plan import device_arch
+        return "cuda" if device_arch() is not None else "cpu"
+    check_target(target)
+    return target
+
+
 def check_target(target: str) -> None:
     if target not in TARGETS:
         raise CompileError(f"unknown target {target!r}; the targets are {', '.join(TARGETS)}")
@@ -102,18 +112,19 @@ def run_stages(module: Operation, until: str, *, graph_passes: str | None = None
     return module
 
 
-def compile(model, target: str = "cpu", precision: str = "fp32", *,
+def compile(model, target: str = "auto", precision: str = "fp32", *,
             input_shapes: dict | None = None, constant_inputs: dict | None = None,
             graph_passes: str | None = None, check_numerics: bool = False, threads=None,
             arch: str | None = None, cuda_graph: bool = True):
     """Compile a model (path, ModelProto, Network or graph module) into an Engine.
 
+    ``target="auto"`` (the default): cuda where a GPU is present, else cpu.
     ``target="cpu"``: JIT-compiled for this host (``threads``: the pool's size). ``target="cuda"``:
     PTX for ``arch`` (default :func:`ptxc.ptx.default_arch`: ``PTXC_CUDA_ARCH``, the GPU here,
     else sm_90) and the CUDA runtime (:mod:`ptxc.driver.cuda`), which touches no GPU until the
     first run, so a cuda engine compiles and saves on a machine without one; ``cuda_graph``:
     replay the launches of an inference from one CUDA graph (False: launch each kernel)."""
-    check_target(target)
+    target = resolve_target(target)
     if precision not in PRECISIONS:
         raise CompileError(f"precision {precision!r} is not supported yet; supported: "
                            f"{', '.join(PRECISIONS)}")

@@ -134,5 +134,10 @@ def test_cuda_compile_inspect_explore_run_without_a_gpu(tmp_path, capsys, monkey
                  "--no-report"]) == 0
     out = capsys.readouterr().out
     assert ".target sm_80" in out and ".entry kernel_0(" in out
-    assert main(["compile", "light:squeezenet", "--arch", "sm_90"]) == 2
+    assert main(["compile", "light:squeezenet", "--target", "cpu", "--arch", "sm_90"]) == 2
     assert "--arch and --no-cuda-graph are for --target cuda" in capsys.readouterr().err
+    # the default target, auto: cpu without a GPU, cuda when --arch asks for it
+    assert main(["compile", "light:squeezenet"]) == 0
+    assert "<Engine cpu" in capsys.readouterr().out
+    assert main(["compile", "light:squeezenet", "--arch", "sm_90"]) == 0
+    assert "<Engine cuda" in capsys.readouterr().out

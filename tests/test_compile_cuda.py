@@ -108,6 +108,19 @@ def test_switches_and_target_checks(engine):
         ptxc.compile(small_net(), target="cuda", arch="gfx90a")
 
 
+def test_auto_target_is_cuda_with_a_gpu_and_cpu_without(monkeypatch):
+    import ptxc.driver.plan as plan
+    from ptxc.compiler import resolve_target
+    monkeypatch.setattr(plan, "device_arch", lambda: None)
+    assert resolve_target("auto") == "cpu"
+    assert ptxc.compile(small_net()).target == "cpu"
+    monkeypatch.setattr(plan, "device_arch", lambda: "sm_90")
+    assert resolve_target("auto") == "cuda"
+    assert ptxc.compile(small_net()).target == "cuda"   # compiles; no GPU touched until run
+    with pytest.raises(CompileError, match="unknown target 'tpu'"):
+        resolve_target("tpu")
+
+
 def test_compile_arch_follows_the_environment(monkeypatch):
     monkeypatch.setenv("PTXC_CUDA_ARCH", "sm_80")
     e = ptxc.compile(small_net(), target="cuda")
