@@ -164,6 +164,22 @@ def test_saved_cuda_plan_loads_and_matches(squeezenet, tmp_path):
     assert_same_bits(loaded.run(x), engine.run(x))
 
 
+def test_plan_compiled_with_no_gpu_visible_loads_and_runs(tmp_path, monkeypatch):
+    """A cuda plan built where no GPU is visible (compile and save touch none; the arch is the
+    sm_90 default) loads and runs on this GPU and matches the interpreter. Checked across
+    machines too: a plan compiled on the GPU-less development machine ran here (see
+    bench/RESULTS.md)."""
+    from numba import cuda
+    with monkeypatch.context() as m:
+        m.setattr(cuda, "is_available", lambda: False)
+        m.delenv("PTXC_CUDA_ARCH", raising=False)
+        engine = ptxc.compile(small_net(), target="cuda")
+        assert engine.arch == "sm_90"
+        path = str(tmp_path / "small.plan")
+        engine.save(path)
+    check_small_engine(ptxc.load(path), seed=7)
+
+
 def test_cuda_engine_binding_errors():
     from numba import cuda
     engine = ptxc.compile(small_net(), target="cuda")
