@@ -7,48 +7,26 @@ import numpy as np
 import pytest
 
 from ptxc import interpret
-from ptxc.dialects.func import func_body, new_func, new_module, set_func_results
+
 from ptxc.dialects.gpu import barrier, block_id, launch_op, shared, shared_bytes, thread_id
-from ptxc.dialects.loop import OUTPUTS_ATTR, for_loop, if_op, parallel_loop
+from ptxc.dialects.loop import for_loop, if_op, parallel_loop
 from ptxc.errors import CompileError, VerifyError
-from ptxc.ir import Builder, parse_ir, print_ir, verify
+from ptxc.ir import parse_ir, print_ir, verify
 from ptxc.ir.types import F32, I64, INDEX, BufferType
+
+from loop_ir import const, load, module, op, store
 
 
 def buf(*shape, el=F32):
     return BufferType(shape, el)
 
 
-def module(args, outputs, body, check=True):
-    m = new_module()
-    f = new_func(m, "main", list(args.values()), list(args))
-    b = Builder.at_end(func_body(f))
-    body(b, *func_body(f).args)
-    set_func_results(f, [])
-    f.attributes[OUTPUTS_ATTR] = tuple(outputs)
-    if check:
-        verify(m)
-    return m
-
-
 def c(b, value, t=INDEX):
-    return b.create("arith.constant", [], {"value": value, "type": t}).result
-
-
-def op(b, name, *args, **attrs):
-    return b.create(name, list(args), attrs or None).result
+    return const(b, value, t)
 
 
 def cmp(b, pred, x, y):
     return op(b, "arith.cmp", x, y, predicate=pred)
-
-
-def load(b, buffer, *idx):
-    return b.create("loop.load", [buffer, list(idx)]).result
-
-
-def store(b, value, buffer, *idx):
-    b.create("loop.store", [value, buffer, list(idx)])
 
 
 def linear(b, block):

@@ -13,16 +13,17 @@ from hypothesis import HealthCheck, given, settings
 import light_models as lm
 import ptxc
 from ptxc import interpret
-from ptxc.dialects.func import func_body, functions, new_func, new_module, set_func_results
+from ptxc.dialects.func import func_body, functions
 from ptxc.dialects.gpu import check_dims
-from ptxc.dialects.loop import OUTPUTS_ATTR, for_loop, parallel_loop
+from ptxc.dialects.loop import for_loop, parallel_loop
 from ptxc.errors import CompileError
-from ptxc.ir import Builder, parse_ir, print_ir, verify
+from ptxc.ir import parse_ir, print_ir, verify
 from ptxc.ir.types import F32, INDEX, BufferType
 from ptxc.lower.gpu_map import SCHEDULES, MapToGpu
 from ptxc.lower.gpu_map.common import block_size, delinearize, grid_size
 from ptxc.rewrite import PassManager, get_pass
 
+from loop_ir import const, load, module, op, store
 from one_node import make_model, rand
 from property.strategies import graphs
 
@@ -68,35 +69,12 @@ def map_and_check(module, inputs=None, **options):
 
 # ---- unit nests --------------------------------------------------------------------------------
 
-def module(args, outputs, body):
-    m = new_module()
-    f = new_func(m, "main", list(args.values()), list(args))
-    b = Builder.at_end(func_body(f))
-    body(b, *func_body(f).args)
-    set_func_results(f, [])
-    f.attributes[OUTPUTS_ATTR] = tuple(outputs)
-    verify(m)
-    return m
+def buf(*shape):
+    return BufferType(shape, F32)
 
 
 def c(b, value, t=INDEX):
-    return b.create("arith.constant", [], {"value": value, "type": t}).result
-
-
-def op(b, name, *args, **attrs):
-    return b.create(name, list(args), attrs or None).result
-
-
-def load(b, buffer, *idx):
-    return b.create("loop.load", [buffer, list(idx)]).result
-
-
-def store(b, value, buffer, *idx):
-    b.create("loop.store", [value, buffer, list(idx)])
-
-
-def buf(*shape):
-    return BufferType(shape, F32)
+    return const(b, value, t)
 
 
 def test_offsets_and_steps_become_induction_values():

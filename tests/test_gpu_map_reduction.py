@@ -7,11 +7,12 @@ lengths (tails), steps and offsets, nested chains and initial values other than 
 
 import numpy as np
 import pytest
+from loop_ir import const, load, module, op
 from one_node import make_model, rand
 from onnx import helper
 
 from ptxc.compiler import as_module, run_stages
-from ptxc.dialects.func import func_body, get_func, new_func, new_module, set_func_results
+from ptxc.dialects.func import func_body, get_func
 from ptxc.dialects.loop import OUTPUTS_ATTR, for_loop, parallel_loop, run_main
 from ptxc.errors import CompileError
 from ptxc.ir import Builder, verify
@@ -151,28 +152,6 @@ def test_many_points_declined():
 
 
 # ---- handwritten nests --------------------------------------------------------------------
-
-def module(args, outputs, body):
-    m = new_module()
-    f = new_func(m, "main", list(args.values()), list(args))
-    body(Builder.at_end(func_body(f)), *func_body(f).args)
-    set_func_results(f, [])
-    f.attributes[OUTPUTS_ATTR] = tuple(outputs)
-    verify(m)
-    return m
-
-
-def const(b, value, t=F32):
-    return b.create("arith.constant", [], {"value": value, "type": t}).result
-
-
-def op(b, name, *args, **attrs):
-    return b.create(name, list(args), attrs or None).result
-
-
-def load(b, buffer, *idx):
-    return b.create("loop.load", [buffer, list(idx)]).result
-
 
 def reduce_rows(comb, rows=(0, 5, 1), red=(0, 301, 1), el=F32, init=None, swap=False,
                 epilogue=True):

@@ -9,14 +9,15 @@ that cannot fit)."""
 
 import numpy as np
 import pytest
+from loop_ir import const, load, module, op
 from one_node import make_model, rand
 from onnx import TensorProto, helper, numpy_helper
 
 from ptxc.compiler import as_module, run_stages
-from ptxc.dialects.func import func_body, get_func, new_func, new_module, set_func_results
+from ptxc.dialects.func import func_body, get_func
 from ptxc.dialects.gpu import shared_bytes
-from ptxc.dialects.loop import OUTPUTS_ATTR, for_loop, parallel_loop, run_main
-from ptxc.ir import Builder, verify
+from ptxc.dialects.loop import for_loop, parallel_loop, run_main
+from ptxc.ir import verify
 from ptxc.ir.types import F32, INDEX, BufferType
 from ptxc.lower.gpu_map import tiled as T
 
@@ -205,28 +206,6 @@ def test_resnet_like_bottleneck_1x1():
 
 
 # ---- handwritten nests --------------------------------------------------------------------
-
-def module(args, outputs, body):
-    m = new_module()
-    f = new_func(m, "main", list(args.values()), list(args))
-    body(Builder.at_end(func_body(f)), *func_body(f).args)
-    set_func_results(f, [])
-    f.attributes[OUTPUTS_ATTR] = tuple(outputs)
-    verify(m)
-    return m
-
-
-def const(b, value, t=F32):
-    return b.create("arith.constant", [], {"value": value, "type": t}).result
-
-
-def op(b, name, *args, **attrs):
-    return b.create(name, list(args), attrs or None).result
-
-
-def load(b, buffer, *idx):
-    return b.create("loop.load", [buffer, list(idx)]).result
-
 
 def matmul_nest(m=10, k=40, n=24, red=(0, 40, 1), offset=0, gather=False, inplace=False,
                 inner=None):

@@ -8,44 +8,16 @@ expects the interpreter's result."""
 import numpy as np
 import pytest
 
-from ptxc.dialects.func import func_body, new_func, new_module, set_func_results
-from ptxc.dialects.loop import (OUTPUTS_ATTR, for_loop, parallel_loop, reshape_type, run_main,
-                                subview_type)
+from ptxc.dialects.loop import for_loop, parallel_loop, reshape_type, run_main, subview_type
 from ptxc.errors import BindingError, CompileError, ParseError, VerifyError
-from ptxc.ir import Builder, DenseElements, parse_ir, print_ir, verify
+from ptxc.ir import DenseElements, parse_ir, print_ir, verify
 from ptxc.ir.types import F16, F32, F64, I1, I32, I64, INDEX, BufferType, ScalarType
+
+from loop_ir import const as c, load, module, op, store
 
 
 def buf(shape, el=F32, strides=None, offset=0):
     return BufferType(shape, el if isinstance(el, ScalarType) else ScalarType(el), strides, offset)
-
-
-def module(args, outputs, body):
-    """A module whose main takes ``args`` (name -> buffer type) and runs ``body(b, *buffers)``."""
-    m = new_module()
-    f = new_func(m, "main", list(args.values()), list(args))
-    b = Builder.at_end(func_body(f))
-    body(b, *func_body(f).args)
-    set_func_results(f, [])
-    f.attributes[OUTPUTS_ATTR] = tuple(outputs)
-    verify(m)
-    return m
-
-
-def c(b, value, t=F32):
-    return b.create("arith.constant", [], {"value": value, "type": t}).result
-
-
-def op(b, name, *args, **attrs):
-    return b.create(name, list(args), attrs or None).result
-
-
-def load(b, buffer, *idx):
-    return b.create("loop.load", [buffer, list(idx)]).result
-
-
-def store(b, value, buffer, *idx):
-    b.create("loop.store", [value, buffer, list(idx)])
 
 
 # ---- programs: name -> (module, inputs, numpy reference) -------------------------------------
