@@ -8,16 +8,7 @@ import light_models as lm
 import ptxc
 from ptxc.errors import BindingError, CompileError
 
-
-def small_net():
-    rng = np.random.default_rng(0)
-    net = ptxc.Network("small")
-    x = net.add_input("x", (1, 3, 10, 10))
-    y = net.add_conv(x, rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
-                     rng.standard_normal(4).astype(np.float32), padding=1)
-    y = net.add_activation(y, "relu")
-    net.mark_output(net.add_pooling(y, "max", kernel=2), "y")
-    return net
+from small_nets import conv_relu_pool as small_net
 
 
 def test_engine_runs_and_names_its_bindings():

@@ -25,19 +25,9 @@ import light_models as lm
 import ptxc
 from ptxc.errors import BindingError, OutOfMemoryError
 
+from small_nets import conv_relu_pool as small_net
+
 pytestmark = pytest.mark.gpu
-
-
-def small_net():
-    """conv 3x3 (bias) -> relu -> max pool: 1x3x10x10 -> 1x4x5x5."""
-    rng = np.random.default_rng(0)
-    net = ptxc.Network("small")
-    x = net.add_input("x", (1, 3, 10, 10))
-    y = net.add_conv(x, rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
-                     rng.standard_normal(4).astype(np.float32), padding=1)
-    y = net.add_activation(y, "relu")
-    net.mark_output(net.add_pooling(y, "max", kernel=2), "y")
-    return net
 
 
 def check_small_engine(engine, seed: int = 1) -> None:
