@@ -558,17 +558,23 @@ def _check_ptx(text: str, table, source: str) -> None:
                           f"the table gives it {n} buffers", source)
 
 
+def _text_blob(blobs: dict, kind: str, plan: str, what: str, source: str) -> str:
+    """The code blob ``(kind, "module")`` (PTX or LLVM IR) as text; a missing, mistyped or
+    non-UTF-8 blob is a PlanError of cause ``blob``."""
+    module = blobs.get((kind, "module"))
+    if module is None or module.dtype != np.uint8 or module.ndim != 1:
+        raise _refuse("blob", f"{plan} without its {what} (uint8 blob 'module')", source)
+    try:
+        return module.tobytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise _refuse("blob", f"the {what} is not UTF-8 text", source) from None
+
+
 def _cuda_engine_from_plan(header: dict, blobs: dict, source: str, t0: float):
     from .cuda import CudaProgram
     from .engine import Engine
     table, globals_, inputs, outputs = _kernel_table(header, blobs, source)
-    module = blobs.get(("ptx", "module"))
-    if module is None or module.dtype != np.uint8 or module.ndim != 1:
-        raise _refuse("blob", "a cuda plan without its PTX (uint8 blob 'module')", source)
-    try:
-        ptx = module.tobytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise _refuse("blob", "the PTX is not UTF-8 text", source) from None
+    ptx = _text_blob(blobs, "ptx", "a cuda plan", "PTX", source)
     _check_ptx(ptx, table, source)
     options = header.get("options")
     if not isinstance(options, dict) or not isinstance(options.get("cuda_graph"), bool):
@@ -602,13 +608,7 @@ def engine_from_plan(data, *, threads: int | None = None, source: str = "<plan>"
     if header.get("target") == "cuda":
         return _cuda_engine_from_plan(header, blobs, source, t0)
     table, globals_, inputs, outputs = _kernel_table(header, blobs, source)
-    module = blobs.get(("llvm", "module"))
-    if module is None or module.dtype != np.uint8 or module.ndim != 1:
-        raise _refuse("blob", "a cpu plan without its LLVM module (uint8 blob 'module')", source)
-    try:
-        text = module.tobytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise _refuse("blob", "the LLVM module is not UTF-8 text", source) from None
+    text = _text_blob(blobs, "llvm", "a cpu plan", "LLVM module", source)
     _check_code(text, table, source)
     options = header.get("options")
     work = options.get("min_parallel_work") if isinstance(options, dict) else None
