@@ -421,17 +421,21 @@ class CudaProgram:
                               f"({_describe(e)}); set PTXC_CUDA_SYNC=1 to find the kernel") \
                 from None
 
-    def __call__(self, inputs: dict) -> dict:
-        """One inference from host arrays (by name, every input) to fresh host arrays."""
-        from ..dialects.loop import restride
-        from ..ir.types import BufferType
+    def _check_names(self, inputs, kind: str) -> None:
+        """``inputs`` is a dict holding exactly the program's inputs (a BindingError otherwise)."""
         if not isinstance(inputs, dict):
-            raise BindingError("inputs must be a dict name -> array")
+            raise BindingError(f"inputs must be a dict name -> {kind}")
         unknown = sorted(set(inputs) - set(self.table.inputs))
         missing = [n for n in self.table.inputs if n not in inputs]
         if unknown or missing:
             raise BindingError(f"cuda program: missing inputs {missing}, unknown {unknown}; it "
                                f"takes {list(self.table.inputs)}")
+
+    def __call__(self, inputs: dict) -> dict:
+        """One inference from host arrays (by name, every input) to fresh host arrays."""
+        from ..dialects.loop import restride
+        from ..ir.types import BufferType
+        self._check_names(inputs, "array")
         staged = {}
         for n in self.table.inputs:
             s = self._arg_slots[n]
@@ -482,13 +486,7 @@ class CudaProgram:
         """One inference from device arrays (anything with ``__cuda_array_interface__``,
         C-contiguous, of each input's shape and dtype) to fresh numba device arrays: the data
         moves device-to-device only. The outputs are complete when this returns."""
-        if not isinstance(inputs, dict):
-            raise BindingError("inputs must be a dict name -> device array")
-        unknown = sorted(set(inputs) - set(self.table.inputs))
-        missing = [n for n in self.table.inputs if n not in inputs]
-        if unknown or missing:
-            raise BindingError(f"cuda program: missing inputs {missing}, unknown {unknown}; it "
-                               f"takes {list(self.table.inputs)}")
+        self._check_names(inputs, "device array")
         for n in self.table.inputs + self.table.outputs:
             t = self._arg_slots[n].type
             if not t.is_default_layout:
