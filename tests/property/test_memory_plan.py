@@ -29,11 +29,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ptxc.compiler import run_stages
 from ptxc.dialects.loop import parallel_loop, run_main
 from ptxc.driver.cpu import CpuProgram, PerRunAllocator
 from ptxc.driver.memory_plan import ArenaAllocator, MemoryPlan, plan_memory
 from ptxc.errors import CompileError
 from ptxc.ir.types import F32, F64
+from property.strategies import graphs
 from test_loop_dialect import buf, c, load, module, op, store
 
 SETTINGS = settings(max_examples=150, deadline=None,
@@ -419,3 +421,24 @@ def test_a_plan_with_live_buffers_together_changes_the_result():
     with pytest.raises(CompileError, match="overlap in memory while both are live"):
         CpuProgram(fresh.program, allocator=ArenaAllocator(plan=bad))({"x": x})
     assert isinstance(fresh.allocator, PerRunAllocator)
+
+
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=graphs())
+def test_random_graphs_same_outputs_with_the_planner_on_and_off(case):
+    """Random networks (the shared strategy) lowered to loops and compiled for the CPU: the
+    planned arena (buffers sharing memory where their lives do not meet) computes the same bytes
+    as fresh memory per buffer, twice in a row (the arena left dirty), and both match the loop
+    interpreter."""
+    module = case.network.to_module()
+    run_stages(module, "loop")
+    fresh = CpuProgram.from_module(module, min_parallel_work=0)
+    arena = CpuProgram(fresh.program, min_parallel_work=0, allocator="arena")
+    want = run_main(module, case.inputs)
+    for _ in range(2):
+        got_fresh, got_arena = fresh(case.inputs), arena(case.inputs)
+        for name in want:
+            assert got_arena[name].tobytes() == got_fresh[name].tobytes(), name
+            np.testing.assert_allclose(got_arena[name], want[name], rtol=1e-4, atol=1e-5,
+                                       err_msg=name)
