@@ -58,6 +58,7 @@ from ..dialects.loop import output_names
 from ..errors import CompileError
 from ..ir.core import BlockArgument, Operation, Value
 from ..ir.types import BufferType
+from . import llvm_tensorcore
 from .llvm_scalar import I64, ScalarEmitter, align_of, memory_type, supported
 
 _ARITH = {"constant", "add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "neg",
@@ -69,7 +70,8 @@ _INNER = {"loop.parallel", "loop.for", "loop.copy", "loop.view", "loop.load", "l
           "loop.yield"}
 # NVPTX: the only top-level kernel is a gpu.launch; these may appear inside one
 _GPU_TOP = {"gpu.launch", "loop.alloc", "loop.global", "loop.view", "func.return"}
-_GPU_INNER = _INNER | {"loop.if", "gpu.block_id", "gpu.thread_id", "gpu.barrier", "gpu.shared"}
+_GPU_INNER = _INNER | {"loop.if", "gpu.block_id", "gpu.thread_id", "gpu.barrier",
+                       "gpu.shared"} | llvm_tensorcore.OPS
 _TARGETS = ("cpu", "nvptx")
 
 
@@ -484,6 +486,8 @@ class _GpuKernel(_Kernel):
             self.shared(op)
         elif name == "loop.if":
             self.if_(op)
+        elif name in llvm_tensorcore.OPS:
+            llvm_tensorcore.emit(self, op)
         else:
             super().emit(op)
 
