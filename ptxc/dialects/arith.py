@@ -188,3 +188,47 @@ class Cast(OpSpec):
             return [x != 0]
         with np.errstate(all="ignore"):
             return [x.astype(to.np_dtype)]
+
+
+#: the bits a tf32 value keeps of an f32: sign, 8 exponent bits, 10 mantissa bits
+TF32_MASK = 0xFFFFE000
+#: half a tf32 ulp in f32 mantissa bits: adding it to the magnitude rounds ties away from zero
+TF32_HALF = 0x1000
+
+
+def round_tf32(x) -> np.ndarray:
+    """``x`` (f32) rounded to tf32's 10-bit mantissa, to nearest with ties away from zero, as
+    PTX's ``cvt.rna.tf32.f32``; the 13 low mantissa bits of the result are zero. NaN and inf
+    are returned as they are; a finite value past tf32's largest rounds to inf, as RNA does.
+
+    f32 is sign-magnitude, so adding half a tf32 ulp (``0x1000``) to the bits and clearing the
+    13 low bits rounds the magnitude half-up (a carry into the exponent is the right result)."""
+    x = np.asarray(x, dtype=np.float32)
+    bits = x.view(np.uint32)
+    with np.errstate(over="ignore"):
+        r = ((bits + np.uint32(TF32_HALF)) & np.uint32(TF32_MASK)).view(np.float32)
+    return np.where(np.isfinite(x), r, x)
+
+
+@register
+class RoundTf32(OpSpec):
+    """``x`` (f32) rounded to tf32 precision, still f32: what a tf32 tensor-core instruction
+    reads of an f32 operand. :func:`round_tf32` is the reference (``cvt.rna.tf32.f32``).
+    ``precision="tf32"`` puts one after each operand load of a contraction::
+
+        %a = "loop.load"(%A, %i, %k) : (buffer<64x64xf32>, index, index) -> f32
+        %at = "arith.round_tf32"(%a) : (f32) -> f32
+    """
+
+    name = "arith.round_tf32"
+    operands = ("x",)
+    traits = {"pure", "elementwise"}
+
+    def infer_types(self, op):
+        t = _scalar(op)
+        if t.name != "f32":
+            fail(op, f"operand must be f32, is {t}")
+        return [t]
+
+    def reference(self, op, args, interp):
+        return [round_tf32(args[0])[()]]

@@ -204,6 +204,8 @@ class ScalarEmitter:
             return self.cast(args[0], op.operands[0].type, op.results[0].type)
         if name == "select":
             return b.select(*args)
+        if name == "round_tf32":
+            return self.round_tf32(args[0])
         t = op.operands[0].type
         if not supported(t):
             raise CompileError(f"{op.where}: no LLVM lowering for {t}")
@@ -241,6 +243,18 @@ class ScalarEmitter:
             if name == "pow":
                 return self._int_pow(x, y, t)
         raise CompileError(f"{op.where}: no LLVM lowering for arith.{name}")
+
+    def round_tf32(self, x: ir.Value) -> ir.Value:
+        """``arith.round_tf32`` as bit arithmetic (the same on the CPU and NVPTX, so both equal
+        the reference bit for bit): finite ``x`` -> ``(bits + 0x1000) & 0xFFFFE000``, round to
+        nearest with ties away from zero as ``cvt.rna.tf32.f32``; NaN and inf unchanged."""
+        b = self.b
+        i32 = ir.IntType(32)
+        bits = b.bitcast(x, i32)
+        rounded = b.and_(b.add(bits, ir.Constant(i32, 0x1000)), ir.Constant(i32, 0xFFFFE000))
+        exponent = b.and_(bits, ir.Constant(i32, 0x7F800000))
+        finite = b.icmp_unsigned("!=", exponent, ir.Constant(i32, 0x7F800000))
+        return b.select(finite, b.bitcast(rounded, x.type), x)
 
     def _cmp(self, pred: str, args, t: ScalarType):
         ops = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[pred]
