@@ -13,7 +13,8 @@ The public API (see docs and ../shared/DESIGN.md):
     ptxc.SUPPORTED_OPS                                 # ONNX op types the importer accepts
 """
 
-from .errors import (BindingError, CompileError, DeviceError, ModelError,  # noqa: F401
+from .errors import (BindingError, CalibrationCacheError, CalibrationError,  # noqa: F401
+                     CompileError, DeviceError, ModelError,
                      NumericsError, OutOfMemoryError, ParseError, PlanError, PtxcError,
                      ShapeInputError, UnsupportedOpError, VerifyError)
 from .frontend.onnx_import import import_onnx, supported_ops
@@ -33,5 +34,5 @@ __all__ = [
     "compile", "import_onnx", "Network", "Tensor", "interpret", "parse_ir", "print_ir", "explore", "STAGES", "SUPPORTED_OPS",
     "PtxcError", "ModelError", "UnsupportedOpError", "ShapeInputError", "ParseError",
     "BindingError", "CompileError", "VerifyError", "NumericsError", "PlanError", "DeviceError",
-    "OutOfMemoryError", "load",
+    "OutOfMemoryError", "CalibrationError", "CalibrationCacheError", "load",
 ]

@@ -75,3 +75,13 @@ class DeviceError(PtxcError):
 
 class OutOfMemoryError(DeviceError):
     """The device ran out of memory; the message gives the requested and free bytes."""
+
+
+class CalibrationError(PtxcError):
+    """INT8 calibration failed: bad calibration data (missing input, wrong shape or dtype, no
+    batches), an unknown calibrator or setting."""
+
+
+class CalibrationCacheError(CalibrationError):
+    """A calibration cache file cannot be used: unreadable, of another format, or written for
+    another model (or, with no data to recalibrate, for other calibrator settings)."""
