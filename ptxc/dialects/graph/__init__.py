@@ -21,3 +21,4 @@ from . import common, constant  # noqa: F401
 from . import elementwise, activation, nn, linalg, shape, reduce, region  # noqa: F401
 from . import pool, norm, resize, scalar_forms  # noqa: F401
 from . import fused  # noqa: F401  (after the base ops it wraps)
+from . import quant  # noqa: F401

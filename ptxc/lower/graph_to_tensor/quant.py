@@ -1,0 +1,157 @@
+"""Quantization ops -> tensor dialect (ptxc/dialects/graph/quant.py has the semantics).
+
+* quantize_linear: one generic ``clamp(rint(f32(x) / f32(scale)) + zp)``, the division in
+  float32 as onnxruntime does, rounding half to even (in f64, exact for an f32 quotient);
+  a per-axis scale or zero point is read through a one-dim map along ``axis``.
+* dequantize_linear: one generic ``f32(i32(x) - i32(zp)) * scale``.
+* qlinear_conv / qlinear_matmul: the operands minus their zero points as i32 (a constant W is
+  shifted at compile time), then ``tensor.conv`` (zero padding after the shift, which is
+  padding with the zero point before it) or ``tensor.matmul`` into an i32 init holding the
+  bias, then, when there is a multiplier, one requantization generic:
+  ``clamp(rint(epilogue(f32(acc) * multiplier, extras...)) + y_zp)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...dialects.graph.nn import spatial_attrs
+from ...dialects.graph.quant import quant_range
+from ...dialects.graph.scalar_forms import inline_block
+from ...dialects.tensor.maps import unit_row
+from ...ir.spec import lookup
+from ...ir.types import F32, F64, I32, TensorType
+from .common import (c, cast, const_array, constant, elementwise, fill, lowers, op_, pad,
+                     round_half_even)
+
+
+def _map(v, rank: int, axis: int):
+    """The map of a scale/zero point: broadcast when one element, else along ``axis``."""
+    if v.type.size == 1:
+        return None
+    return (unit_row(rank, axis),)
+
+
+def _scalar_view(b, v):
+    """A one-element tensor as rank 0 (broadcasts against anything)."""
+    if v.type.size == 1 and v.type.rank:
+        return b.create("tensor.reshape", [v], result_types=[v.type.with_shape(())]).result
+    return v
+
+
+def _saturate(bb, y64, zp, el):
+    """``clamp(rint(y64) + zp)`` cast to ``el`` (y64 and the result of rint in f64)."""
+    r = round_half_even(bb, y64)
+    if zp is not None:
+        r = op_(bb, "arith.add", r, cast(bb, zp, F64))
+    lo, hi = quant_range(el)
+    r = op_(bb, "arith.min", op_(bb, "arith.max", r, c(bb, float(lo), F64)), c(bb, float(hi), F64))
+    return cast(bb, r, el)
+
+
+@lowers("graph.quantize_linear")
+def _quantize(op, b):
+    x, s = op.operands[0], _scalar_view(b, op.operands[1])
+    zp = _scalar_view(b, op.operands[2]) if len(op.operands) == 3 else None
+    out = op.results[0].type
+    axis = op.attr("axis")
+    ins = [x, s] + ([zp] if zp is not None else [])
+    maps = [None] + [_map(v, out.rank, axis) for v in ins[1:]]
+
+    def body(bb, a):
+        q = op_(bb, "arith.div", cast(bb, a[0], F32), cast(bb, a[1], F32))
+        return _saturate(bb, cast(bb, q, F64), a[2] if zp is not None else None, out.element)
+
+    return [elementwise(b, ins, out, body, maps=maps)]
+
+
+@lowers("graph.dequantize_linear")
+def _dequantize(op, b):
+    x, s = op.operands[0], _scalar_view(b, op.operands[1])
+    zp = _scalar_view(b, op.operands[2]) if len(op.operands) == 3 else None
+    out = op.results[0].type
+    axis = op.attr("axis")
+    ins = [x, s] + ([zp] if zp is not None else [])
+    maps = [None] + [_map(v, out.rank, axis) for v in ins[1:]]
+
+    def body(bb, a):
+        d = cast(bb, a[0], I32)
+        if zp is not None:
+            d = op_(bb, "arith.sub", d, cast(bb, a[2], I32))
+        return cast(bb, op_(bb, "arith.mul", cast(bb, d, F32), cast(bb, a[1], F32)),
+                    out.element)
+
+    return [elementwise(b, ins, out, body, maps=maps)]
+
+
+def _shifted(b, v, zp, axis: int | None):
+    """``i32(v) - i32(zp)`` (zp one element, or 1-D along ``axis``); folded when constant."""
+    out = v.type.with_element(I32)
+    arr, zarr = const_array(v), (const_array(zp) if zp is not None else None)
+    if arr is not None and (zp is None or zarr is not None):
+        r = arr.astype(np.int32)
+        if zarr is not None:
+            z = zarr.astype(np.int32)
+            if z.size == 1:
+                r = r - z.reshape(())
+            else:
+                shape = [1] * r.ndim
+                shape[axis] = z.size
+                r = r - z.reshape(shape)
+        return constant(b, r, I32)
+    if zp is None:
+        return elementwise(b, [v], out, lambda bb, a: cast(bb, a[0], I32))
+    zp = _scalar_view(b, zp)
+    return elementwise(b, [v, zp], out,
+                       lambda bb, a: op_(bb, "arith.sub", cast(bb, a[0], I32),
+                                         cast(bb, a[1], I32)),
+                       maps=[None, _map(zp, v.type.rank, axis)])
+
+
+def _init(b, bias, out: TensorType, channel: int):
+    if bias is None:
+        return fill(b, out, 0)
+    return elementwise(b, [bias], out, lambda bb, a: a[0],
+                       maps=[(unit_row(out.rank, channel),)], inline_constants=False)
+
+
+@lowers("graph.qlinear_conv", "graph.qlinear_matmul")
+def _qlinear(op, b):
+    spec = lookup(op.name)
+    g = spec.groups(op)
+    out = op.results[0].type
+    acc_t = out.with_element(I32)
+    cy = spec.channel_of_y % out.rank
+    x, w = g["X"], g["W"]
+    if op.name == "graph.qlinear_conv":
+        xi = _shifted(b, x, g["x_zero_point"], None)
+        wi = _shifted(b, w, g["w_zero_point"], 0)
+        n = x.type.rank - 2
+        a = spatial_attrs(op, n)
+        xp = pad(b, xi, [0, 0] + list(a["pads"][:n]), [0, 0] + list(a["pads"][n:]), 0)
+        acc = b.create("tensor.conv", [xp, wi, _init(b, g["B"], acc_t, cy)], {
+            "strides": a["strides"], "dilations": a["dilations"],
+            "group": op.attr("group")}).result
+    else:
+        xi = _shifted(b, x, g["x_zero_point"], x.type.rank - 2)
+        wi = _shifted(b, w, g["w_zero_point"], w.type.rank - 1)
+        acc = b.create("tensor.matmul", [xi, wi, _init(b, g["B"], acc_t, cy)]).result
+    if g["multiplier"] is None:
+        return [acc]
+    m = _scalar_view(b, g["multiplier"])
+    yz = g["y_zero_point"]
+    yz = _scalar_view(b, yz) if yz is not None else None
+    extras = list(g["epilogue_inputs"])
+    ins = [acc, m] + ([yz] if yz is not None else []) + extras
+    maps = [None, _map(m, out.rank, cy)] + [None] * (len(ins) - 2)
+    block = op.regions[0].blocks[0]
+
+    def body(bb, a):
+        f = op_(bb, "arith.mul", cast(bb, a[0], F32), cast(bb, a[1], F32))
+        k = 3 if yz is not None else 2
+        (f,) = inline_block(block, bb, [f] + list(a[k:]))
+        if yz is None:
+            return f
+        return _saturate(bb, cast(bb, f, F64), a[2], out.element)
+
+    return [elementwise(b, ins, out, body, maps=maps, inline_constants=False)]
