@@ -59,7 +59,8 @@ def _cmd_explore(args) -> int:
                    print_ir_after_change=args.print_ir_after_change, dump_dir=args.dump_dir,
                    timing=args.timing, check_numerics=args.check_numerics,
                    elide_constants=not args.show_constants, report=not args.no_report,
-                   explain=args.explain, target=args.target, arch=args.arch)
+                   explain=args.explain, target=args.target, arch=args.arch,
+                   layout=args.layout)
     sys.stdout.write(text)
     return 0
 
@@ -97,7 +98,7 @@ def _compile(args):
                         f"{target})")
     return compile_model(resolve_model(args.model), target=target,
                          precision=args.precision, input_shapes=parse_shapes(args.input_shape),
-                         **cuda)
+                         layout=args.layout, **cuda)
 
 
 def _cmd_compile(args) -> int:
@@ -179,6 +180,11 @@ def _cmd_ops(args) -> int:
     return 0
 
 
+_LAYOUT_HELP = ("nchw (the default: ONNX's layout), nhwc (convolutions run channels-last "
+                "inside, filters KRSC; inputs and outputs unchanged), auto (nhwc on cuda for "
+                "conv-heavy graphs); docs/graph-opt.md, 'Layout'")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ptxc", description="ptxc: an open inference compiler.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -207,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave out the op counts before and after the graph passes")
     e.add_argument("--show-constants", action="store_true",
                    help="print constant contents (blobs) instead of eliding them")
+    e.add_argument("--layout", default="nchw", choices=("nchw", "nhwc", "auto"),
+                   help=_LAYOUT_HELP)
     e.set_defaults(fn=_cmd_explore)
 
     for name, helptext in (("compile", "compile a model; print its bindings, kernels, memory"),
@@ -223,6 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--no-cuda-graph", action="store_true",
                        help="cuda: launch kernel by kernel instead of replaying one CUDA graph")
         c.add_argument("--precision", default="fp32", help="fp32")
+        c.add_argument("--layout", default="nchw", choices=("nchw", "nhwc", "auto"),
+                       help=_LAYOUT_HELP)
         c.add_argument("--input-shape", action="append", metavar="NAME=DIMS",
                        help="bind an input's symbolic dims, e.g. data=1x3x224x224")
         if name == "compile":

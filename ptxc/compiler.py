@@ -48,6 +48,32 @@ TARGET_STAGE_PIPELINES = {
 
 TARGETS = ("cpu", "cuda")
 PRECISIONS = ("fp32",)
+#: ``layout=``: ONNX's channels-first, channels-last inside (to-channels-last), or the policy
+#: :func:`resolve_layout` (docs/graph-opt.md, "Layout"). The default stays nchw until the mma
+#: schedule consumes channels-last convolutions.
+LAYOUTS = ("nchw", "nhwc", "auto")
+DEFAULT_LAYOUT = "nchw"
+
+
+def resolve_layout(layout: str, module: Operation, target: str) -> str:
+    """``nchw`` or ``nhwc`` for ``layout``; ``auto`` is nhwc on target cuda for graphs with at
+    least four non-grouped 2-D convolutions (what an implicit-GEMM schedule takes), nchw
+    elsewhere (the cpu target's loops gain nothing from it)."""
+    if layout not in LAYOUTS:
+        raise CompileError(f"unknown layout {layout!r}; the layouts are {', '.join(LAYOUTS)}")
+    if layout != "auto":
+        return layout
+    from .rewrite.passes.channels_last import prefers_channels_last
+    return "nhwc" if target == "cuda" and prefers_channels_last(module) else "nchw"
+
+
+def layout_passes(layout: str, target: str) -> str:
+    """The passes appended to the graph stage for a resolved ``layout`` ('' for nchw): on cuda
+    input channels are padded to multiples of 8 (16-byte loads of f16)."""
+    if layout != "nhwc":
+        return ""
+    pad = "{channel-multiple=8}" if target == "cuda" else ""
+    return f"to-channels-last{pad},cancel-transposes,eliminate-concat,dce"
 
 
 def resolve_target(target: str) -> str:
@@ -93,18 +119,23 @@ def check_stage(stage: str, target: str | None = None) -> None:
 
 
 def run_stages(module: Operation, until: str, *, graph_passes: str | None = None,
-               timings: dict | None = None, target: str = "cpu", **pm_options) -> Operation:
+               timings: dict | None = None, target: str = "cpu", layout: str = DEFAULT_LAYOUT,
+               **pm_options) -> Operation:
     """Run the IR stages on ``module`` in place, up to and including ``until`` (graph, tensor or
-    loop), with ``target``'s pipelines. ``pm_options`` go to every PassManager (check_numerics,
-    print_ir_after_all, ...)."""
+    loop), with ``target``'s pipelines; ``layout`` (LAYOUTS) appends the channels-last passes
+    to the graph stage (after ``graph_passes`` when given). ``pm_options`` go to every
+    PassManager (check_numerics, print_ir_after_all, ...)."""
     from .rewrite.pass_manager import PassManager
     order = ["graph", "tensor", "loop"]
     if until not in order:
         raise CompileError(f"run_stages goes up to graph, tensor or loop, not {until!r}")
+    extra = layout_passes(resolve_layout(layout, module, target), target)
     for stage in order[:order.index(until) + 1]:
         pipeline = stage_pipeline(stage, target)
         if stage == "graph" and graph_passes is not None:
             pipeline = graph_passes
+        if stage == "graph" and extra:
+            pipeline = f"{pipeline},{extra}" if pipeline.strip() else extra
         t0 = time.perf_counter()
         PassManager(pipeline, **pm_options).run(module)
         if timings is not None:
@@ -115,8 +146,12 @@ def run_stages(module: Operation, until: str, *, graph_passes: str | None = None
 def compile(model, target: str = "auto", precision: str = "fp32", *,
             input_shapes: dict | None = None, constant_inputs: dict | None = None,
             graph_passes: str | None = None, check_numerics: bool = False, threads=None,
-            arch: str | None = None, cuda_graph: bool = True):
+            arch: str | None = None, cuda_graph: bool = True, layout: str = DEFAULT_LAYOUT):
     """Compile a model (path, ModelProto, Network or graph module) into an Engine.
+
+    ``layout``: ``"nchw"`` (the default: ONNX's layout throughout), ``"nhwc"`` (convolutional
+    layers run channels-last inside, to-channels-last; inputs and outputs keep their ONNX
+    layout) or ``"auto"`` (:func:`resolve_layout`'s policy).
 
     ``target="auto"`` (the default): cuda where a GPU is present, else cpu.
     ``target="cpu"``: JIT-compiled for this host (``threads``: the pool's size). ``target="cuda"``:
@@ -125,6 +160,8 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
     first run, so a cuda engine compiles and saves on a machine without one; ``cuda_graph``:
     replay the launches of an inference from one CUDA graph (False: launch each kernel)."""
     target = resolve_target(target)
+    if layout not in LAYOUTS:
+        raise CompileError(f"unknown layout {layout!r}; the layouts are {', '.join(LAYOUTS)}")
     if precision not in PRECISIONS:
         raise CompileError(f"precision {precision!r} is not supported yet; supported: "
                            f"{', '.join(PRECISIONS)}")
@@ -138,7 +175,7 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
     module = as_module(model, input_shapes, constant_inputs)
     timings["import"] = time.perf_counter() - t0
     run_stages(module, "loop", graph_passes=graph_passes, timings=timings, target=target,
-               check_numerics=check_numerics)
+               check_numerics=check_numerics, layout=layout)
     from .driver.engine import Engine
     if target == "cuda":
         engine = Engine.for_cuda(module, timings=timings, arch=arch, cuda_graph=cuda_graph)

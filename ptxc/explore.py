@@ -81,12 +81,14 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
             print_ir_after_all: bool = False, print_ir_after_change: bool = False,
             dump_dir: str | None = None, timing: bool = False, check_numerics: bool = False,
             elide_constants: bool = True, report: bool = False, explain: bool = False,
-            target: str | None = None, arch: str | None = None) -> str:
+            target: str | None = None, arch: str | None = None, layout: str = "nchw") -> str:
     """The IR of ``model`` (path, ModelProto, Network or module) at the end of ``stage``, for
     ``target`` (default cpu; cuda for stage ``ptx``); ``arch`` is the CUDA arch of stage ``ptx``.
 
     With ``print_ir_after_all`` the text holds the IR after every pass, then the final IR.
-    ``report`` adds op counts by kind before and after the graph passes; ``explain`` adds, for
+    ``layout`` appends the channels-last passes to the graph stage as ``compile`` does
+    (``nhwc``, or ``auto`` by its policy). ``report`` adds op counts by kind before and after
+    the graph passes (``graph.transpose``: the transposes the layout left); ``explain`` adds, for
     each fusion pattern, where it fired and where it nearly did and why not. Both come as ``//``
     comments ahead of the IR. Constants are elided for display unless ``elide_constants=False``
     (which gives text that ``parse_ir`` reads back).
@@ -99,6 +101,8 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
         raise CompileError(f"arch={arch!r} chooses the PTX of stage 'ptx'; stage {stage!r} does "
                            "not depend on it")
     module = _as_module(model, input_shapes, constant_inputs)
+    from .compiler import layout_passes, resolve_layout
+    extra = layout_passes(resolve_layout(layout, module, target), target)
     before = op_counts(module)
     stream = io.StringIO()
     from .rewrite.explain import Explain
@@ -114,6 +118,8 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
         pipeline = stage_pipeline(s_name, target)
         if s_name == "graph" and passes is not None:
             pipeline = passes
+        if s_name == "graph" and extra:
+            pipeline = f"{pipeline},{extra}" if pipeline.strip() else extra
         managers.append(run_graph_stage(
             module, pipeline, stream=stream, print_ir_after_all=print_ir_after_all,
             print_ir_after_change=print_ir_after_change, dump_dir=stage_dump, timing=timing,

@@ -22,6 +22,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ...ir.spec import Attr, Operand, OpSpec, fail, register
 from ...ir.types import TensorType
 from .common import norm_axis, same_elements, ttype
+from .layout import channels_last, first_type, last_type, to_first, to_last
 
 
 # ---- shared helpers (pool.py uses them too) ---------------------------------------------------
@@ -80,7 +81,9 @@ def pad_spatial(x: np.ndarray, pads, value=0) -> np.ndarray:
 class Conv(OpSpec):
     """N-D convolution (ONNX Conv): ``X`` is ``(N, C, *spatial)``, ``W`` is
     ``(M, C/group, *kernel_shape)``, optional bias ``B`` is ``(M,)``. Output spatial size per axis:
-    ``floor((in + pad_begin + pad_end - ((k - 1) * dilation + 1)) / stride) + 1``."""
+    ``floor((in + pad_begin + pad_end - ((k - 1) * dilation + 1)) / stride) + 1``.
+    ``layout = "NHWC"`` (layout.py): ``X`` is ``(N, *spatial, C)``, ``W`` is
+    ``(M, *kernel_shape, C/group)`` (KRSC), ``Y`` is ``(N, *out, M)``."""
 
     name = "graph.conv"
     operands = ("X", "W", Operand("B", optional=True))
@@ -91,6 +94,7 @@ class Conv(OpSpec):
         "pads": Attr("ints", required=True, doc="begins then ends"),
         "dilations": Attr("ints", required=True),
         "group": Attr("int", default=1),
+        "layout": Attr("str", default="NCHW", doc="NCHW or NHWC (W then KRSC)"),
     }
     traits = {"pure"}
 
@@ -98,6 +102,13 @@ class Conv(OpSpec):
         x, w = ttype(op, 0), ttype(op, 1)
         if x.rank < 3:
             fail(op, f"X must have rank >= 3 (N, C, spatial...), got {x}")
+        if channels_last(op):
+            if w.rank != x.rank:
+                fail(op, f"W must have rank {x.rank}, got {w}")
+            return [last_type(t) for t in self._infer(op, first_type(x), first_type(w))]
+        return self._infer(op, x, w)
+
+    def _infer(self, op, x, w):
         n = x.rank - 2
         if w.rank != x.rank:
             fail(op, f"W must have rank {x.rank}, got {w}")
@@ -128,8 +139,11 @@ class Conv(OpSpec):
         x, w = args[0], args[1]
         b = args[2] if len(args) == 3 else None
         a = spatial_attrs(op, x.ndim - 2)
+        cl = channels_last(op)
+        if cl:
+            x, w = to_first(x), to_first(w)
         y = conv_nd(x, w, b, a["strides"], a["pads"], a["dilations"], op.attr("group"))
-        return [y.astype(x.dtype, copy=False)]
+        return [(to_last(y) if cl else y).astype(x.dtype, copy=False)]
 
 
 def conv_out_shape(spatial, a) -> list[int]:
@@ -191,6 +205,7 @@ class ConvTranspose(OpSpec):
         "dilations": Attr("ints", required=True),
         "output_padding": Attr("ints", required=True),
         "group": Attr("int", default=1),
+        "layout": Attr("str", default="NCHW", doc="NCHW or NHWC (W then KRSC)"),
     }
     traits = {"pure"}
 
@@ -198,6 +213,13 @@ class ConvTranspose(OpSpec):
         x, w = ttype(op, 0), ttype(op, 1)
         if x.rank < 3:
             fail(op, f"X must have rank >= 3 (N, C, spatial...), got {x}")
+        if channels_last(op):
+            if w.rank != x.rank:
+                fail(op, f"W must have rank {x.rank}, got {w}")
+            return [last_type(t) for t in self._infer(op, first_type(x), first_type(w))]
+        return self._infer(op, x, w)
+
+    def _infer(self, op, x, w):
         n = x.rank - 2
         if w.rank != x.rank:
             fail(op, f"W must have rank {x.rank}, got {w}")

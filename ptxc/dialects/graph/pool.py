@@ -2,6 +2,7 @@
 ``graph.global_max_pool``.
 
 ``kernel_shape``, ``strides``, ``pads`` (begins then ends) and ``dilations`` are always explicit;
+``layout = "NHWC"`` (layout.py) puts the channels last in ``X`` and ``Y`` (max and average pool);
 ``auto_pad`` is resolved by the importer. Output size per spatial axis, with
 ``e = (k - 1) * dilation + 1``::
 
@@ -21,6 +22,7 @@ import numpy as np
 from ...ir.spec import Attr, OpSpec, fail, register
 from ...ir.types import TensorType
 from .common import ttype
+from .layout import channels_last, first_type, last_type, to_first, to_last
 from .nn import compute_dtype, spatial_attrs, windows
 
 
@@ -51,6 +53,11 @@ class _Pool(OpSpec):
         x = ttype(op)
         if x.rank < 3:
             fail(op, f"X must have rank >= 3 (N, C, spatial...), got {x}")
+        if channels_last(op):
+            return [last_type(t) for t in self._infer(op, first_type(x))]
+        return self._infer(op, x)
+
+    def _infer(self, op, x):
         a = spatial_attrs(op, x.rank - 2)
         if op.attr("ceil_mode") not in (0, 1):
             fail(op, f"ceil_mode must be 0 or 1, got {op.attr('ceil_mode')}")
@@ -63,6 +70,12 @@ class _Pool(OpSpec):
     def verify(self, op):
         if self.float_only and not ttype(op).element.is_float:
             fail(op, f"needs a float tensor, got {ttype(op)}")
+
+    def reference(self, op, args, interp):
+        """``compute`` on the channels-first input (layout.py)."""
+        if channels_last(op):
+            return [to_last(self.compute(op, to_first(args[0])))]
+        return [self.compute(op, args[0])]
 
     def _setup(self, op, x, fill):
         """The padded input (extended or cut to exactly what the windows read) and geometry."""
@@ -92,6 +105,7 @@ class MaxPool(_Pool):
         "pads": Attr("ints", required=True, doc="begins then ends"),
         "dilations": Attr("ints", required=True),
         "ceil_mode": Attr("int", default=0),
+        "layout": Attr("str", default="NCHW", doc="NCHW or NHWC"),
     }
     float_only = False
 
@@ -100,14 +114,13 @@ class MaxPool(_Pool):
         if not (el.is_float or el.name in ("i8", "ui8")):
             fail(op, f"needs a float, int8 or uint8 tensor, got {ttype(op)}")
 
-    def reference(self, op, args, interp):
-        x = args[0]
+    def compute(self, op, x):
         fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
         a, out, xp = self._setup(op, x, fill)
         v = windows(xp, a["kernel_shape"], a["strides"], a["dilations"], out)
         n = x.ndim - 2
         y = v.max(axis=tuple(range(2 + n, 2 + 2 * n)))
-        return [y.astype(x.dtype, copy=False)]
+        return y.astype(x.dtype, copy=False)
 
 
 @register
@@ -123,6 +136,7 @@ class AveragePool(_Pool):
         "dilations": Attr("ints", required=True),
         "ceil_mode": Attr("int", default=0),
         "count_include_pad": Attr("int", default=0),
+        "layout": Attr("str", default="NCHW", doc="NCHW or NHWC"),
     }
 
     def verify(self, op):
@@ -130,8 +144,7 @@ class AveragePool(_Pool):
         if op.attr("count_include_pad") not in (0, 1):
             fail(op, f"count_include_pad must be 0 or 1, got {op.attr('count_include_pad')}")
 
-    def reference(self, op, args, interp):
-        x = args[0]
+    def compute(self, op, x):
         ct = compute_dtype(x.dtype)
         a, out, xp = self._setup(op, x.astype(ct, copy=False), 0)
         n = x.ndim - 2
@@ -151,7 +164,7 @@ class AveragePool(_Pool):
             count = np.multiply.outer(count, c)
         with np.errstate(all="ignore"):
             y = total / count.astype(ct)
-        return [y.astype(x.dtype, copy=False)]
+        return y.astype(x.dtype, copy=False)
 
 
 class _GlobalPool(OpSpec):

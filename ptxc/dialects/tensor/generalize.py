@@ -8,6 +8,8 @@ same semantics, so that the loop lowering needs only generics and data movement.
 A convolution iterates ``(n, m, o_1..o_s, c, k_1..k_s)`` and reads ``X`` at
 ``(n, c, o_i * stride_i + k_i * dilation_i)``; with ``group > 1`` the channel dims split into
 ``(g, m_g)`` and ``(c_g)`` so that ``m = g * M_g + m_g`` and ``c = g * C_g + c_g`` stay affine.
+Channels-last (``layout = "NHWC"``): a conv iterates ``(n, o_1..o_s, m, k_1..k_s, c)``, a pool
+``(n, o_1..o_s, c, k_1..k_s)`` (see :func:`_conv_last`).
 Where the out is f32 and the ins f16, the body casts the ins to f32 before combining, as the
 named op's reference does (but accumulates step by step, so f16 results may differ from the
 named op's in the last bit).
@@ -77,6 +79,8 @@ def _matmul(op):
 
 
 def _conv(op):
+    if op.attr("layout") == "NHWC":
+        return _conv_last(op)
     x, w, y = op.operands
     s = x.type.rank - 2
     strides, dilations, g = op.attr("strides"), op.attr("dilations"), op.attr("group")
@@ -114,8 +118,63 @@ def _conv(op):
                          _combine_body("sum", True), loc=op.loc)
 
 
+def _two(n, i, ci, j):
+    """The map row ``ci * d_i + d_j`` over ``n`` loop dims."""
+    row = [0] * (n + 1)
+    row[i], row[j] = ci, 1
+    return tuple(row)
+
+
+def _conv_last(op):
+    """A channels-last conv: loops ``(n, o_1..o_s, m, k_1..k_s, c)`` (``(n, o.., g, m_g, k..,
+    c_g)`` with groups): the out pixel's channel innermost among the parallel dims, the input
+    channel innermost among the reductions, so both operands' reads run along their last,
+    contiguous dim (implicit GEMM: M = N*P*Q, N = M, K = R*S*C)."""
+    x, w, y = op.operands
+    s = x.type.rank - 2
+    strides, dilations, g = op.attr("strides"), op.attr("dilations"), op.attr("group")
+    C, M, kernel = x.type.shape[-1], w.type.shape[0], w.type.shape[1:-1]
+    out = y.type.shape[1:-1]
+    Cg, Mg = C // g, M // g
+    gd = 0 if g == 1 else 1  # the extra group loop
+    bounds = (x.type.shape[0], *out) + ((g,) if gd else ()) + (Mg, *kernel, Cg)
+    n = len(bounds)
+    m, k, c = 1 + s + gd, 2 + s + gd, 2 + 2 * s + gd
+    if gd:
+        m_row, ch_row = _two(n, 1 + s, Mg, m), _two(n, 1 + s, Cg, c)
+    else:
+        m_row, ch_row = unit_row(n, m), unit_row(n, c)
+    sp_rows = []
+    for i in range(s):
+        row = [0] * (n + 1)
+        row[1 + i], row[k + i] = strides[i], dilations[i]
+        sp_rows.append(tuple(row))
+    mx = (unit_row(n, 0), *sp_rows, ch_row)
+    mw = (m_row, *[unit_row(n, k + i) for i in range(s)], unit_row(n, c))
+    my = (unit_row(n, 0), *[unit_row(n, 1 + i) for i in range(s)], m_row)
+    iters = ["parallel"] * (k) + ["reduction"] * (1 + s)
+    return build_generic([x, w], [y], bounds, [mx, mw, my], iters,
+                         _combine_body("sum", True), loc=op.loc)
+
+
 def _pool(op):
     x, y = op.operands
+    if op.attr("layout") == "NHWC":  # loops (n, o_1..o_s, c, k_1..k_s)
+        s = x.type.rank - 2
+        kernel, strides, dilations = (op.attr(a) for a in ("kernel_shape", "strides",
+                                                              "dilations"))
+        bounds = y.type.shape + tuple(kernel)
+        n = len(bounds)
+        sp = []
+        for i in range(s):
+            row = [0] * (n + 1)
+            row[1 + i], row[2 + s + i] = strides[i], dilations[i]
+            sp.append(tuple(row))
+        mx = (unit_row(n, 0), *sp, unit_row(n, 1 + s))
+        my = tuple(unit_row(n, i) for i in range(2 + s))
+        return build_generic([x], [y], bounds, [mx, my],
+                             ["parallel"] * (2 + s) + ["reduction"] * s,
+                             _combine_body(op.attr("kind")), loc=op.loc)
     s = x.type.rank - 2
     kernel, strides, dilations = (op.attr(a) for a in ("kernel_shape", "strides", "dilations"))
     bounds = y.type.shape + tuple(kernel)

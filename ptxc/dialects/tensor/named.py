@@ -17,6 +17,7 @@ import numpy as np
 
 from ...ir.spec import Attr, OpSpec, fail, register
 from ...ir.types import F16, F32, TensorType
+from ..graph.layout import channels_last, first_type, to_first, to_last
 from ..graph.nn import compute_dtype, conv_nd, windows
 from .data import tensor_operand
 
@@ -104,13 +105,16 @@ class MatMul(OpSpec):
 class Conv(OpSpec):
     """``Y += conv(X, W)`` on an already padded ``X`` ``(N, C, *spatial)``, ``W``
     ``(M, C / group, *kernel)``, ``Y`` ``(N, M, *out)`` with
-    ``out = floor((in - ((k - 1) * dilation + 1)) / stride) + 1``."""
+    ``out = floor((in - ((k - 1) * dilation + 1)) / stride) + 1``. ``layout = "NHWC"``
+    (graph/layout.py): ``X`` ``(N, *spatial, C)``, ``W`` ``(M, *kernel, C / group)`` (KRSC),
+    ``Y`` ``(N, *out, M)``."""
 
     name = "tensor.conv"
     operands = ("X", "W", "Y")
     attributes = {"strides": Attr("ints", required=True),
                   "dilations": Attr("ints", required=True),
-                  "group": Attr("int", default=1)}
+                  "group": Attr("int", default=1),
+                  "layout": Attr("str", default="NCHW", doc="NCHW or NHWC (W then KRSC)")}
     traits = {"pure"}
 
     def infer_types(self, op):
@@ -120,6 +124,8 @@ class Conv(OpSpec):
         x, w, y = (tensor_operand(op, i) for i in range(3))
         if x.rank < 3 or w.rank != x.rank or y.rank != x.rank:
             fail(op, f"X, W and Y must have one rank >= 3, are {x}, {w}, {y}")
+        if channels_last(op):
+            x, w, y = first_type(x), first_type(w), first_type(y)
         n = x.rank - 2
         strides = _ints_attr(op, "strides", n)
         dilations = _ints_attr(op, "dilations", n)
@@ -134,10 +140,14 @@ class Conv(OpSpec):
 
     def reference(self, op, args, interp):
         x, w, y = args
+        if channels_last(op):
+            x, w = to_first(x), to_first(w)
         n = x.ndim - 2
         ct = _ct(y.dtype)
         r = conv_nd(x.astype(ct, copy=False), w.astype(ct, copy=False), None,
                     op.attr("strides"), (0,) * (2 * n), op.attr("dilations"), op.attr("group"))
+        if channels_last(op):
+            r = to_last(r)
         return [(y.astype(ct, copy=False) + r).astype(y.dtype, copy=False)]
 
 
@@ -147,14 +157,16 @@ POOL_KINDS = ("max", "sum")
 @register
 class Pool(OpSpec):
     """Window max or sum over the spatial dims of an already padded ``X`` ``(N, C, *spatial)``,
-    combined into ``Y`` ``(N, C, *out)`` (out as for ``tensor.conv``)."""
+    combined into ``Y`` ``(N, C, *out)`` (out as for ``tensor.conv``); ``layout = "NHWC"``: the
+    channels last in both."""
 
     name = "tensor.pool"
     operands = ("X", "Y")
     attributes = {"kind": Attr("str", required=True),
                   "kernel_shape": Attr("ints", required=True),
                   "strides": Attr("ints", required=True),
-                  "dilations": Attr("ints", required=True)}
+                  "dilations": Attr("ints", required=True),
+                  "layout": Attr("str", default="NCHW", doc="NCHW or NHWC")}
     traits = {"pure"}
 
     def infer_types(self, op):
@@ -166,6 +178,8 @@ class Pool(OpSpec):
             fail(op, f"kind must be one of {list(POOL_KINDS)}, is {op.attr('kind')!r}")
         if x.rank < 3 or y.rank != x.rank:
             fail(op, f"X and Y must have one rank >= 3, are {x} and {y}")
+        if channels_last(op):
+            x, y = first_type(x), first_type(y)
         n = x.rank - 2
         k = _ints_attr(op, "kernel_shape", n)
         out = out_spatial(x.shape[2:], k, _ints_attr(op, "strides", n),
@@ -179,15 +193,20 @@ class Pool(OpSpec):
 
     def reference(self, op, args, interp):
         x, y = args
+        if channels_last(op):
+            return [to_last(self._combine(op, to_first(x), to_first(y)))]
+        return [self._combine(op, x, y)]
+
+    def _combine(self, op, x, y):
         n = x.ndim - 2
         v = windows(x, op.attr("kernel_shape"), op.attr("strides"), op.attr("dilations"),
                     y.shape[2:])
         axes = tuple(range(2 + n, 2 + 2 * n))
         if op.attr("kind") == "max":
-            return [np.maximum(y, v.max(axis=axes))]
+            return np.maximum(y, v.max(axis=axes))
         ct = _ct(y.dtype)
         s = v.sum(axis=axes, dtype=ct)
-        return [(y.astype(ct, copy=False) + s).astype(y.dtype, copy=False)]
+        return (y.astype(ct, copy=False) + s).astype(y.dtype, copy=False)
 
 
 REDUCE_KINDS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}

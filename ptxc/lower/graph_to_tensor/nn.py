@@ -26,25 +26,41 @@ from ...ir.types import INDEX, TensorType
 from .common import c, const_array, constant, empty, fill, lowers, op_, pad
 
 
-def bias_init(b, bias, out: TensorType):
-    """``out``-shaped init holding ``bias`` (``(M,)``) along dim 1."""
+def bias_init(b, bias, out: TensorType, dim: int = 1):
+    """``out``-shaped init holding ``bias`` (``(M,)``) along ``dim`` (1, or the last dim of a
+    channels-last result)."""
     n = out.rank
     return build_generic([bias], [empty(b, out)], out.shape,
-                         [(unit_row(n, 1),), identity_map(n)], ["parallel"] * n,
+                         [(unit_row(n, dim),), identity_map(n)], ["parallel"] * n,
                          lambda bb, args: [args[0]], b=b).result
 
 
+def spatial_pad(b, x, op, pads, value):
+    """``x`` padded by the spatial ``pads`` (begins then ends) of ``op``, whose layout says
+    where the spatial dims are (1.. for channels first, 1..-1 for channels last)."""
+    n = x.type.rank - 2
+    lo, hi = list(pads[:n]), list(pads[n:])
+    if op.attr("layout") == "NHWC":
+        return pad(b, x, [0] + lo + [0], [0] + hi + [0], value)
+    return pad(b, x, [0, 0] + lo, [0, 0] + hi, value)
+
+
 def conv(b, op):
-    """Lower a ``graph.conv`` (or the base view of a ``graph.fused_conv``)."""
+    """Lower a ``graph.conv`` (or the base view of a ``graph.fused_conv``); a channels-last one
+    to a channels-last ``tensor.conv`` (graph/layout.py)."""
     g = lookup("graph.conv").groups(op)
     x, w, bias = g["X"], g["W"], g["B"]
     n = x.type.rank - 2
     a = spatial_attrs(op, n)
-    xp = pad(b, x, [0, 0] + list(a["pads"][:n]), [0, 0] + list(a["pads"][n:]), 0.0)
+    last = op.attr("layout") == "NHWC"
+    xp = spatial_pad(b, x, op, a["pads"], 0.0)
     out = op.results[0].type
-    init = bias_init(b, bias, out) if bias is not None else fill(b, out, 0.0)
-    return b.create("tensor.conv", [xp, w, init], {
-        "strides": a["strides"], "dilations": a["dilations"], "group": op.attr("group")}).result
+    init = (bias_init(b, bias, out, out.rank - 1 if last else 1) if bias is not None
+            else fill(b, out, 0.0))
+    attrs = {"strides": a["strides"], "dilations": a["dilations"], "group": op.attr("group")}
+    if last:
+        attrs["layout"] = "NHWC"
+    return b.create("tensor.conv", [xp, w, init], attrs).result
 
 
 @lowers("graph.conv")

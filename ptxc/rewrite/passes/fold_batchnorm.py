@@ -132,7 +132,8 @@ def find_linear(v: Value) -> Linear | None:
     if p is None or not isinstance(v.type, TensorType) or v.type.rank == 0:
         return None
     if p.name in ("graph.conv", "graph.conv_transpose", "graph.gemm"):
-        return Linear(p, None, 0, v, 1)
+        # a channels-last conv (layout NHWC) has its channels last; W's axis 0 is M either way
+        return Linear(p, None, 0, v, v.type.rank - 1 if p.attr("layout") == "NHWC" else 1)
     if p.name == "graph.matmul":
         return Linear(p, None, 0, v, v.type.rank - 1)
     if p.name == "graph.add":

@@ -41,7 +41,8 @@ FAMILY = {"graph.conv": "conv", "graph.fused_conv": "conv",
           "graph.matmul": "matmul", "graph.fused_matmul": "matmul"}
 
 #: attributes whose values must agree for two siblings of a family to merge
-GEOMETRY = {"conv": ("kernel_shape", "strides", "pads", "dilations"), "gemm": ("transA",),
+GEOMETRY = {"conv": ("kernel_shape", "strides", "pads", "dilations", "layout"),
+            "gemm": ("transA",),
             "matmul": ()}
 
 
@@ -142,9 +143,11 @@ def clone_region(region: Region) -> Region:
 # ---- building the merged weights ----------------------------------------------------------------
 
 def _width(op: Operation) -> int:
-    """The output channels of a sibling: axis 1 of a conv/gemm, the last axis of a matmul."""
+    """The output channels of a sibling: axis 1 of a conv/gemm, the last axis of a matmul or
+    a channels-last conv."""
     shape = op.result.type.shape
-    return shape[1] if FAMILY[op.name] != "matmul" else shape[-1]
+    last = FAMILY[op.name] == "matmul" or op.attr("layout") == "NHWC"
+    return shape[-1] if last else shape[1]
 
 
 def _conv_weights(group):
@@ -280,7 +283,8 @@ class MergeSiblings(RewritePattern):
             regions = (clone_region(first.regions[0]),)
         merged = rewriter.create(first.name, operands, attributes, regions=regions, loc=first.loc,
                                  result_names=[f"{hint}_merged" if hint else None])
-        axis = 1 if fam != "matmul" else merged.result.type.rank - 1
+        last = fam == "matmul" or merged.attr("layout") == "NHWC"  # channels-last conv
+        axis = merged.result.type.rank - 1 if last else 1
         split = rewriter.create("graph.split", [merged.result],
                                 {"axis": axis, "split": [_width(s) for s in group]},
                                 loc=first.loc)
