@@ -38,6 +38,11 @@ from ..pattern import RewritePattern, producer
 from ..rewriter import PatternRewriter
 
 
+#: ops left unfolded: a DequantizeLinear of an int8 weight is what fold-qdq turns into an int8
+#: layer (it folds the DQs it does not absorb itself)
+LEFT_TO_FOLD_QDQ = frozenset({"graph.dequantize_linear"})
+
+
 def constant_value(v) -> np.ndarray | None:
     """The array of ``v`` when a ``graph.constant`` defines it, else None."""
     p = producer(v)
@@ -61,6 +66,8 @@ class FoldConstantOp(RewritePattern):
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
         spec = op.spec
+        if op.name in LEFT_TO_FOLD_QDQ:
+            return False
         if (spec is None or not op.name.startswith("graph.") or op.regions or not op.results
                 or not spec.has_trait("pure") or spec.has_trait("constant")
                 or not all(isinstance(r.type, TensorType) for r in op.results)):

@@ -11,6 +11,9 @@ The order, and why:
 5. ``fold-batchnorm``     BN (and per-channel Mul/Add by constants) into conv/gemm/matmul weights:
                           must come before epilogue fusion, which would otherwise stop at the BN
 6. ``fuse-epilogues``     conv/gemm/matmul + bias + activation + residual add: CBR
+6b. ``fold-qdq``         DQ -> conv/gemm/matmul (with its fused epilogue) -> Q becomes one int8
+                          layer (explicitly quantized models); after epilogue fusion so the
+                          activation is folded in too, before merging siblings
 7. ``merge-siblings``     sibling layers reading one input (Inception's 1x1s, Q/K/V) become one
                           wider layer; after epilogue fusion so that siblings carrying the same
                           activation still merge
@@ -22,7 +25,7 @@ The order, and why:
 from ..pipeline import register_pipeline
 
 GRAPH_OPT = ("fold-constants,eliminate-noops,cancel-transposes,recognize-patterns,"
-             "fold-batchnorm,fuse-epilogues,merge-siblings,fuse-elementwise,eliminate-concat,"
-             "cse,dce")
+             "fold-batchnorm,fuse-epilogues,fold-qdq,merge-siblings,fuse-elementwise,"
+             "eliminate-concat,cse,dce")
 
 register_pipeline("graph-opt", GRAPH_OPT)

@@ -1,0 +1,69 @@
+"""Small float models and their QDQ versions made by onnxruntime.quantization.quantize_static,
+shared by the Q/DQ folding tests and bench/ (a small CNN built with onnx.helper)."""
+
+import os
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def small_cnn(seed: int = 0, classes: int = 10) -> onnx.ModelProto:
+    """x 1x3x16x16 -> conv3x3(8)+relu -> conv3x3 s2(16)+relu -> conv1x1(16) + residual, relu
+    -> global average pool -> flatten -> gemm(10) (transB) -> logits."""
+    rng = np.random.default_rng(seed)
+
+    def w(name, *shape):
+        fan_in = int(np.prod(shape[1:]))
+        return numpy_helper.from_array(
+            (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32), name)
+
+    def b(name, n):
+        return numpy_helper.from_array((rng.standard_normal(n) * 0.1).astype(np.float32), name)
+
+    inits = [w("w1", 8, 3, 3, 3), b("b1", 8), w("w2", 16, 8, 3, 3), b("b2", 16),
+             w("w3", 16, 16, 1, 1), b("b3", 16), w("wf", classes, 16), b("bf", classes)]
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        n("Relu", ["c1"], ["r1"], name="relu1"),
+        n("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("Relu", ["c2"], ["r2"], name="relu2"),
+        n("Conv", ["r2", "w3", "b3"], ["c3"], name="conv3"),
+        n("Add", ["c3", "r2"], ["s3"], name="add3"),
+        n("Relu", ["s3"], ["r3"], name="relu3"),
+        n("GlobalAveragePool", ["r3"], ["p"], name="gap"),
+        n("Flatten", ["p"], ["f"], name="flatten"),
+        n("Gemm", ["f", "wf", "bf"], ["logits"], name="fc", transB=1),
+    ]
+    g = helper.make_graph(nodes, "small_cnn",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT,
+                                                         [1, classes])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def quantize_qdq(model: onnx.ModelProto, samples, per_channel: bool = True,
+                 reduce_range: bool = True) -> onnx.ModelProto:
+    """``model`` quantized by onnxruntime's quantize_static in QDQ format (int8 activations and
+    weights, symmetric weights), calibrated by min-max on ``samples`` (input dicts)."""
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(samples)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx")
+        onnx.save(model, src)
+        quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ,
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                        per_channel=per_channel, reduce_range=reduce_range)
+        return onnx.load(dst)
