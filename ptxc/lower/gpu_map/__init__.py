@@ -29,11 +29,12 @@ from ...dialects.gpu import MAX_THREADS
 from ...errors import CompileError
 from ...ir.core import Operation
 from ...rewrite.pass_ import Pass, register_pass
-from . import pointwise, reduction, tiled
+from . import mma, pointwise, reduction, tiled
 from .common import KERNEL_OPS, parallel_space, points
 
 #: (name, schedule) in the order they are tried
 SCHEDULES = [
+    ("mma", mma.schedule),
     ("tiled", tiled.schedule),
     ("reduction", reduction.schedule),
     ("pointwise", pointwise.schedule),

@@ -1,0 +1,269 @@
+"""Recognize a reduced-precision contraction in a loop nest: the view of a MatMul, Gemm or
+convolution that a tensor-core schedule needs (ptxc/lower/gpu_map/mma.py).
+
+The precision pass (docs/lowering.md, "Precision") hands such layers to the loop stage as the
+tiled schedule's nests (tiled.py's module docstring) whose reduction body multiplies two operands
+read from reduced-precision storage::
+
+    "loop.parallel"() ({                              Y[i, j] = relu(b[j] + sum_k A[i, k] B[k, j])
+    ^bb0(%i: index, %j: index):
+      %b0 = "loop.load"(%b, %j)                       prologue: the accumulator's start value
+      %s = "loop.for"(%b0) ({
+      ^bb0(%k: index, %acc: f32):
+        %x = "loop.load"(%A, %i, %k) : ... -> f16
+        %xf = "arith.cast"(%x) : (f16) -> f32         fp16: f16 loads cast to f32
+        %y = "loop.load"(%B, %k, %j) : ... -> f16     (tf32: f32 loads through arith.round_tf32)
+        %yf = "arith.cast"(%y) : (f16) -> f32
+        %p = "arith.mul"(%xf, %yf)
+        %a = "arith.add"(%acc, %p)                    accumulate in f32
+        "loop.yield"(%a)
+      }) {lower = 0, upper = 64}
+      ...epilogue: anything of %s, the ivs and loads; "loop.store"(.., %Y, %i, %j)
+    }) {upper = [128, 96]}
+
+with lower-tensor-to-loop's unroll-and-jam (``u`` points of the innermost parallel dim per
+iteration, ``u`` accumulators) and reduction nests of several ``loop.for``\\ s (a conv's
+``c, kh, kw``). :func:`analyze` returns the contraction in GEMM terms, per *logical* point (the
+unroll undone): the parallel dims split into batch dims (read by both operands), M dims (read by
+the operand that becomes the mma's A only) and N dims (B only); K is the reduction loops,
+linearized outer to inner; each operand's buffer indices are affine in (parallel dims, reduction
+ivs). The prologue computing accumulator 0's start value and the epilogue ops that depend on
+accumulator 0's result form the *point program*: the schedule re-emits it for every output point
+that a thread holds, with the point's index values, ``start + sum`` in place of the result.
+
+Which operand is the mma's A: the one that does not read the output's contiguous dim, so that a
+thread's pairs of accumulators (two adjacent columns of n) are adjacent in memory.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from ...ir.core import BlockArgument, Operation, OpResult, Value
+from ...ir.types import F16, F32
+from .tiled import Nest, RedLoop, _affine, _root, analyze as analyze_nest
+
+#: operand element -> what the mma multiplies: f16 storage (cast to f32), tf32 (f32 rounded)
+KINDS = ("f16", "tf32")
+
+
+@attrs.define
+class Operand:
+    """One multiplicand: ``buffer`` (as the nest reads it: a view or a root buffer), ``rows``
+    (per buffer dim, {symbol: coefficient, 1: constant}: symbols ``("p", d)`` parallel dims and
+    ``("r", j)`` reduction loop ``j``), its reduced-precision element type."""
+    buffer: Value
+    rows: list
+    element: object
+
+    def coef(self, sym) -> int:
+        """The coefficient of ``sym`` in the buffer's linear element offset."""
+        strides = self.buffer.type.strides
+        return sum(s * r.get(sym, 0) for s, r in zip(strides, self.rows))
+
+    def offset(self) -> int:
+        t = self.buffer.type
+        return t.offset + sum(s * r.get(1, 0) for s, r in zip(t.strides, self.rows))
+
+    def reads(self, sym) -> bool:
+        return any(r.get(sym, 0) for r in self.rows)
+
+
+@attrs.define
+class Contraction:
+    nest: Nest
+    kind: str                 # "f16" or "tf32"
+    a: Operand                # the mma's A (M x K)
+    b: Operand                # the mma's B (K x N)
+    batch: list               # parallel dims read by both
+    m_dims: list              # parallel dims (outer to inner) of A only
+    n_dims: list              # of B only
+    red: list                 # reduction loops (RedLoop), outer to inner; symbols ("r", j)
+    unrolled: int | None      # the parallel dim the nest steps by ``u``, or None
+    u: int
+    init: list                # prologue ops computing accumulator 0's start (in order)
+    start: Value              # accumulator 0's start value
+    epilogue: list            # ops of the point program after the reduction (in order)
+    result: Value             # the reduction's result 0 (the epilogue reads it)
+
+    def extent(self, d: int) -> int:
+        """Logical points of parallel dim ``d`` (the unrolled dim counts all its points)."""
+        n = self.nest
+        return self.u * n.counts[d] if d == self.unrolled else n.counts[d]
+
+    def lower(self, d: int) -> int:
+        return self.nest.lower[d]
+
+    @property
+    def M(self) -> int:
+        return math.prod(self.extent(d) for d in self.m_dims)
+
+    @property
+    def N(self) -> int:
+        return math.prod(self.extent(d) for d in self.n_dims)
+
+    @property
+    def K(self) -> int:
+        return math.prod(r.trips for r in self.red)
+
+    @property
+    def batches(self) -> int:
+        return math.prod(self.extent(d) for d in self.batch)
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batches * self.M * self.N * self.K
+
+
+def _strip(v: Value):
+    """(load op, kind) behind a multiplicand: ``cast(load f16)`` is f16, ``round_tf32(load f32)``
+    is tf32; None otherwise."""
+    if not isinstance(v, OpResult):
+        return None
+    op = v.owner
+    if op.name == "arith.cast" and v.type == F32:
+        src = op.operands[0]
+        if src.type == F16 and isinstance(src, OpResult) and src.owner.name == "loop.load":
+            return src.owner, "f16"
+    if op.name == "arith.round_tf32":
+        src = op.operands[0]
+        if src.type == F32 and isinstance(src, OpResult) and src.owner.name == "loop.load":
+            return src.owner, "tf32"
+    return None
+
+
+def _chain(red: Operation):
+    """The perfect reduction nest under ``red``: (loops outer to inner, innermost block) when
+    every level but the innermost is just ``loop.for`` + ``loop.yield`` of its results, carrying
+    the values straight through; else None."""
+    loops = [red]
+    while True:
+        block = loops[-1].regions[0].blocks[0]
+        fors = [o for o in block.ops if o.name == "loop.for"]
+        if not fors:
+            return loops, block
+        if len(fors) != 1:
+            return None
+        inner = fors[0]
+        carried = list(block.args[1:])
+        if list(inner.operands) != carried:
+            return None
+        y = block.last_op
+        if y.name != "loop.yield" or list(y.operands) != list(inner.results):
+            return None
+        if any(o is not inner and o is not y and o.name not in ("loop.load",) and
+               not o.name.startswith(("arith.", "math.")) for o in block.ops):
+            return None
+        loops.append(inner)
+
+
+def _slice_back(values, region_ops: list, stop) -> list:
+    """Ops of ``region_ops`` that ``values`` depend on (transitively), in program order; values
+    defined elsewhere are left as they are (block args, top-level values). ``stop(op)`` true:
+    not followed (returns None from the whole slice: a dependency that must not be there)."""
+    inside = {id(o): o for o in region_ops}
+    need: dict = {}
+    todo = list(values)
+    while todo:
+        v = todo.pop()
+        if isinstance(v, BlockArgument) or id(v.owner) not in inside or id(v.owner) in need:
+            continue
+        if stop(v.owner):
+            return None
+        need[id(v.owner)] = v.owner
+        todo.extend(v.owner.operands)
+    return [o for o in region_ops if id(o) in need]
+
+
+def analyze(op: Operation) -> Contraction | None:
+    """The contraction of nest ``op`` (module docstring), or None when it is not one."""
+    nest = analyze_nest(op)
+    if nest is None or any(o.regions for o in nest.epilogue):
+        return None
+    steps = [d for d, s in enumerate(nest.step) if s != 1]
+    if len(steps) > 1:
+        return None
+    unrolled = steps[0] if steps else None
+    u = nest.step[unrolled] if unrolled is not None else 1
+    if len(nest.red.operands) != u:
+        return None
+    chain = _chain(nest.red)
+    if chain is None:
+        return None
+    loops, inner = chain
+    red = [nest.loops[id(lp.regions[0].blocks[0].args[0])] for lp in loops]
+    ivs = {id(lp.regions[0].blocks[0].args[0]): j for j, lp in enumerate(loops)}
+    # accumulator 0's update: acc + x * y with x, y reduced-precision loads
+    y = inner.last_op
+    acc0 = inner.args[1]
+    upd = y.operands[0]
+    if not isinstance(upd, OpResult) or upd.owner.name != "arith.add":
+        return None
+    s, t = upd.owner.operands
+    prod = t if s is acc0 else (s if t is acc0 else None)
+    if prod is None or not isinstance(prod, OpResult) or prod.owner.name != "arith.mul":
+        return None
+    sides = [_strip(v) for v in prod.owner.operands]
+    if None in sides or sides[0][1] != sides[1][1]:
+        return None
+    kind = sides[0][1]
+    memo: dict = {}
+    operands = []
+    for ld, _ in sides:
+        rows = [_affine(i, op, nest.loops, memo) for i in ld.operands[1:]]
+        if any(r is None for r in rows):
+            return None
+        rows = [{(("r", ivs[k[1]]) if isinstance(k, tuple) and k[0] == "r" else k): c
+                 for k, c in r.items()} for r in rows]
+        operands.append(Operand(ld.operands[0], rows, ld.operands[0].type.element))
+    # every other accumulator must be the same update on the unrolled dim's next points
+    for j in range(1, u):
+        s, t = (y.operands[j].owner.operands if isinstance(y.operands[j], OpResult) else (0, 0))
+        if inner.args[1 + j] not in (s, t):
+            return None
+    p, q = operands
+    dims = range(len(nest.counts))
+    p_only = [d for d in dims if p.reads(("p", d)) and not q.reads(("p", d))]
+    q_only = [d for d in dims if q.reads(("p", d)) and not p.reads(("p", d))]
+    both = [d for d in dims if p.reads(("p", d)) and q.reads(("p", d))]
+    neither = [d for d in dims if d not in p_only + q_only + both]
+    if any(nest.counts[d] > 1 for d in neither) or not p_only or not q_only:
+        return None
+    batch = both + neither
+    # the output's contiguous dim: the last store's innermost index symbol
+    stores = [o for o in nest.epilogue if o.name == "loop.store"]
+    if not stores:
+        return None
+    out_rows = [_affine(i, op, nest.loops, memo) for i in stores[0].operands[2:]]
+    last = out_rows[-1] if out_rows and out_rows[-1] is not None else {}
+    contiguous = {k[1] for k in last if isinstance(k, tuple) and k[0] == "p"}
+    if contiguous & set(p_only):
+        p, q, p_only, q_only = q, p, q_only, p_only
+    # the point program of accumulator 0
+    result = nest.red.results[0]
+    start = nest.red.operands[0]
+    later: dict = {id(result): True}
+    epi = []
+    for o in nest.epilogue:
+        if any(id(v) in later for v in o.operands):
+            epi.append(o)
+            for r in o.results:
+                later[id(r)] = True
+    if any(v in nest.red.results[1:] for o in epi for v in o.operands):
+        return None
+    need = _slice_back([v for o in epi for v in o.operands], nest.prologue + nest.epilogue,
+                       lambda o: o is nest.red or o.name == "loop.store")
+    init = _slice_back([start], nest.prologue, lambda o: False)
+    if need is None or init is None:
+        return None
+    epi_ids = {id(o) for o in epi} | {id(o) for o in need}
+    epilogue = [o for o in nest.prologue + nest.epilogue if id(o) in epi_ids]
+    if not any(o.name == "loop.store" for o in epilogue):
+        return None
+    return Contraction(nest, kind, p, q, batch, p_only, q_only, red, unrolled, u, init, start,
+                       epilogue, result)
+
+
+__all__ = ["Contraction", "Operand", "analyze", "KINDS", "RedLoop", "_root"]

@@ -1,0 +1,516 @@
+"""The ``mma`` schedule of map-to-gpu: reduced-precision contractions (fp16 and tf32 MatMul,
+Gemm, batched MatMul, convolution as an implicit GEMM) on tensor cores.
+
+It takes what :func:`contraction.analyze` recognizes (a nest whose reduction multiplies f16 or
+tf32 operands, accumulating in f32) and writes one ``gpu.launch`` per nest in the shape of a
+CUTLASS-style GEMM, from the gpu dialect's tensor-core ops (ptxc/dialects/gpu_tensorcore.py)::
+
+    grid = (N / BN, M / BM, batches)   block = 32 * WARPS_M * WARPS_N threads
+    sA = gpu.shared [S][BM][BK]        (K-major: rows of A, k contiguous; or [S][BK][BM])
+    sB = gpu.shared [S][BN][BK]        (K-major; or N-major [S][BK][BN], read with .trans)
+    copy K-tiles 0 .. S-2 into stages 0 .. S-2 (gpu.cp_async of 16 bytes, zero-filled past
+        the edges; a scalar load/convert/store copy where the operand's layout gives no
+        16-byte runs); commit each
+    acc[WM/16][WN/8][4] = 0                                       (f32, carried)
+    for kt in 0 .. K/BK:
+        gpu.cp_async_wait(S - 2); gpu.barrier          tile kt has landed, stage kt-1 is free
+        copy K-tile kt + S - 1 into stage (kt + S - 1) % S; commit
+        for each k16 step of the tile:
+            A fragments: gpu.ldmatrix x4 per 16 rows; B fragments: x4 per 16 columns
+            acc[i][j] = gpu.mma(a[i], b[j], acc[i][j])
+    for each accumulator element (m, n) the thread holds, where m < M and n < N:
+        the nest's point program (start value + acc, then its epilogue: bias, residual,
+        activation, cast, store) at the point's indices
+
+Tile choice (a static heuristic; autotuning will replace it): the largest CTA tile of
+:data:`TILES` that still gives at least one block per SM, else the smallest, with **split-K**
+when even that leaves SMs idle (batch-1 layers: M x N small, K long): ``splits`` CTAs per
+output tile each sum a range of K tiles into an f32 workspace ``[splits][batches][M][N]`` (a
+``loop.alloc``, planned like any buffer), and a second, pointwise kernel adds the splits in
+order and runs the point program. Shared memory: two
+stages, each row's 16-byte chunks rotated by the row (:meth:`_Builder._swizzle`) so that the 8
+rows an ldmatrix reads fall in distinct banks; 3 x 16 KiB at 128 x 128 x 32 f16 fill the 48 KiB
+static limit exactly.
+
+Numerics: the tensor core multiplies f16 (or tf32) operands exactly and accumulates in f32, in
+another order than the nest; the start value is added after the sum (reassociated, as the tiled
+schedule does). The interpreter runs the launch in lockstep and checks it against the nest.
+
+Not yet: more than three stages (dynamic shared memory), vectorized epilogue stores, a
+stream-K or atomic split-K without the second kernel, wgmma (sm_90a).
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from ...dialects.gpu import MAX_GRID_YZ, barrier, block_id, shared, thread_id
+from ...dialects.loop import for_loop, if_op, parallel_loop
+from ...ir.builder import Builder
+from ...ir.core import Operation, Value
+from ...ir.types import F16, F32, BufferType
+from .common import add, cmp, const, delinearize, div, launch_before, mul, sub
+from .contraction import Contraction, Operand, analyze
+from .tiled import _root
+
+SCHEDULE = "mma"
+SMS = 132                     # an H200's streaming multiprocessors
+SHARED_LIMIT = 48 * 1024      # static __shared__ bytes per block
+MAX_WARP_TILE = 64 * 64       # accumulator elements per warp: 128 f32 registers per thread
+MIN_SPLIT_TILES = 4           # split-K: K tiles each split sums at least
+MAX_SPLITS = 16
+#: (BM, BN, WARPS_M, WARPS_N), largest first
+TILES = ((128, 128, 2, 2), (128, 64, 2, 2), (64, 128, 2, 2), (64, 64, 2, 2), (32, 64, 1, 2))
+STAGES = 3
+#: kind -> (mma shape, mma k, BK, elements per 16 bytes)
+KIND = {"f16": ("m16n8k16", 16, 32, 8), "tf32": ("m16n8k8", 8, 16, 4)}
+
+
+@attrs.frozen
+class Layout:
+    """How an operand's tile sits in shared memory and how it gets there: ``kmajor`` (rows of
+    the M or N side, k contiguous) or not (rows of k); ``vector``: 16-byte cp.asyncs."""
+    kmajor: bool
+    vector: bool
+
+
+@attrs.frozen
+class Config:
+    bm: int
+    bn: int
+    warps_m: int
+    warps_n: int
+    bk: int
+    stages: int = STAGES
+    splits: int = 1           # split-K: CTAs per output tile, each summing a K range
+
+    @property
+    def wm(self) -> int:
+        return self.bm // self.warps_m
+
+    @property
+    def wn(self) -> int:
+        return self.bn // self.warps_n
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps_m * self.warps_n
+
+
+def _mn_dims(c: Contraction, x: Operand) -> list:
+    return c.m_dims if x is c.a else c.n_dims
+
+
+def layout(c: Contraction, x: Operand) -> Layout:
+    """K-major cp.async when k runs contiguous in 16-byte aligned chunks; else M/N-major
+    cp.async (f16: ldmatrix can transpose 16-bit elements) when the operand's innermost M/N dim
+    does; else a scalar copy into K-major tiles."""
+    v = KIND[c.kind][3]
+    inner = ("r", len(c.red) - 1)
+    syms = [("p", d) for d in _mn_dims(c, x) + c.batch] + [("r", j) for j in range(len(c.red))]
+
+    def aligned(except_sym) -> bool:
+        return x.offset() % v == 0 and all(x.coef(s) % v == 0 for s in syms if s != except_sym)
+
+    last = c.red[-1]
+    if x.coef(inner) == 1 and last.step == 1 and last.trips % v == 0 and aligned(inner):
+        return Layout(True, True)
+    dims = _mn_dims(c, x)
+    if c.kind == "f16" and dims:
+        d = dims[-1]
+        sym = ("p", d)
+        if x.coef(sym) == 1 and c.extent(d) % v == 0 and c.lower(d) % v == 0 and aligned(sym):
+            return Layout(False, True)
+    return Layout(True, False)
+
+
+def shared_bytes(c: Contraction, cfg: Config) -> int:
+    el = 2 if c.kind == "f16" else 4
+    return cfg.stages * (cfg.bm + cfg.bn) * cfg.bk * el
+
+
+def valid(c: Contraction, cfg: Config) -> bool:
+    """Whether ``cfg`` builds a launchable kernel: whole mma tiles per warp (16 x 16: B's
+    fragments come two n8 tiles per ldmatrix), at most 1024 threads, 48 KiB of static shared
+    memory, copies that split evenly over the threads, at most 128 f32 accumulators per thread
+    (a 64 x 64 warp tile; more spills), at least two warps."""
+    v = KIND[c.kind][3]
+    if cfg.bm % cfg.warps_m or cfg.bn % cfg.warps_n or cfg.wm % 16 or cfg.wn % 16:
+        return False
+    if cfg.wm * cfg.wn > MAX_WARP_TILE or cfg.threads < 64:
+        return False
+    if cfg.threads > 1024 or shared_bytes(c, cfg) > SHARED_LIMIT or cfg.stages < 2:
+        return False
+    return all((rows * cfg.bk // v) % cfg.threads == 0 and (rows * cfg.bk) % cfg.threads == 0
+               for rows in (cfg.bm, cfg.bn))
+
+
+def candidates(c: Contraction) -> list[Config]:
+    """Every valid config over a small space of tiles, warp grids and stage counts: what a
+    tuner searches (bench/gemm.py --search times them on the GPU)."""
+    bk = KIND[c.kind][2]
+    out = []
+    for bm in (32, 64, 128, 256):
+        for bn in (32, 64, 128, 256):
+            for wm in (1, 2, 4):
+                for wn in (1, 2, 4):
+                    for st in (2, 3, 4):
+                        cfg = Config(bm, bn, wm, wn, bk, st)
+                        if valid(c, cfg):
+                            out.append(cfg)
+    return out
+
+
+def choose(c: Contraction) -> Config | None:
+    """The tile of :data:`TILES` (module docstring), or None when the grid would not fit."""
+    bk = KIND[c.kind][2]
+    if c.batches > MAX_GRID_YZ:
+        return None
+    fits = [cfg for cfg in (Config(bm, bn, wm, wn, bk) for bm, bn, wm, wn in TILES)
+            if valid(c, cfg)]
+    for cfg in fits:
+        blocks = -(-c.M // cfg.bm) * -(-c.N // cfg.bn) * c.batches
+        if blocks >= SMS:
+            return cfg
+    cfg = fits[-1]
+    blocks = -(-c.M // cfg.bm) * -(-c.N // cfg.bn) * c.batches
+    kt = -(-c.K // bk)
+    # too few tiles to fill the GPU: split K over more CTAs, each summing >= 4 K tiles
+    splits = max(1, min(-(-SMS // blocks), kt // MIN_SPLIT_TILES, MAX_SPLITS))
+    if splits > 1 and c.batches * splits <= MAX_GRID_YZ:
+        cfg = attrs.evolve(cfg, splits=splits)
+    return cfg
+
+
+# ---- building ------------------------------------------------------------------------------------
+
+def _rem(b: Builder, x: Value, n: int) -> Value:
+    return sub(b, x, mul(b, div(b, x, n), n))
+
+
+def _min(b: Builder, x: Value, n: int) -> Value:
+    return b.create("arith.min", [x, const(b, n)]).result
+
+
+def _and(b: Builder, x: Value, y: Value) -> Value:
+    return b.create("arith.and", [x, y]).result
+
+
+def _index_values(b: Builder, c: Contraction, dims: list, lin: Value) -> dict:
+    """{("p", d): index value} of the logical point number ``lin`` over ``dims`` (row-major)."""
+    its = delinearize(b, lin, [c.extent(d) for d in dims])
+    return {("p", d): add(b, t, c.lower(d)) for d, t in zip(dims, its)}
+
+
+def _red_values(b: Builder, c: Contraction, k: Value) -> dict:
+    """{("r", j): iv value} of the linear reduction index ``k`` (innermost loop fastest)."""
+    its = delinearize(b, k, [r.trips for r in c.red])
+    return {("r", j): add(b, mul(b, t, r.step), r.lower) for j, (t, r) in enumerate(zip(its, c.red))}
+
+
+def _indices(b: Builder, x: Operand, syms: dict) -> list:
+    out = []
+    for row in x.rows:
+        v = const(b, row.get(1, 0))
+        for s, k in row.items():
+            if s != 1:
+                v = add(b, v, mul(b, syms[s], k))
+        out.append(v)
+    return out
+
+
+def _linear(b: Builder, x: Operand, syms: dict) -> Value:
+    """The element offset of ``x`` at ``syms`` from its root buffer's base."""
+    v = const(b, x.offset())
+    used = {s for row in x.rows for s in row if s != 1}
+    for s in sorted(used, key=repr):
+        k = x.coef(s)
+        if k:
+            v = add(b, v, mul(b, syms[s], k))
+    return v
+
+
+class _Builder:
+    """Writes the launch of one contraction (the module docstring's pseudo-code)."""
+
+    def __init__(self, c: Contraction, cfg: Config):
+        self.c, self.cfg = c, cfg
+        self.shape, self.ks, self.bk, self.vec = KIND[c.kind]
+        self.el = F16 if c.kind == "f16" else F32
+        self.kt = -(-c.K // cfg.bk)                    # K tiles in all
+        self.kts = -(-self.kt // cfg.splits)           # K tiles per split
+        self.lay = {id(c.a): layout(c, c.a), id(c.b): layout(c, c.b)}
+
+    # -- shared tiles
+    def _tile_shape(self, x: Operand) -> tuple:
+        rows = self.cfg.bm if x is self.c.a else self.cfg.bn
+        if self.lay[id(x)].kmajor:
+            return (self.cfg.stages, rows, self.bk)
+        return (self.cfg.stages, self.bk, rows)
+
+    def _swizzle(self, b: Builder, x: Operand, row: Value, col: Value) -> Value:
+        """The stored column of element ``col`` of tile row ``row``: its 16-byte chunk rotated
+        by ``row / (rows per 128-byte line)`` within the row, so that the 8 rows an ldmatrix
+        reads (or a warp's cp.asyncs write) at one logical chunk fall in 8 distinct 16-byte
+        slots of the 32 banks. (A rotation: the index arithmetic has no xor.)"""
+        row_len = self._tile_shape(x)[2]
+        chunks = row_len // self.vec
+        if chunks == 1:
+            return col
+        per_line = max(1, 128 // (row_len * (self.el.bitwidth // 8)))
+        chunk = div(b, col, self.vec)
+        rot = _rem(b, add(b, chunk, div(b, row, per_line)), chunks)
+        return add(b, mul(b, rot, self.vec), _rem(b, col, self.vec))
+
+    def build(self) -> Operation:
+        c, cfg = self.c, self.cfg
+        grid = (-(-c.N // cfg.bn), -(-c.M // cfg.bm), c.batches * cfg.splits)
+        top = Builder.before_op(c.nest.op)
+        self.ws = None
+        if cfg.splits > 1:     # partial sums, reduced by a second kernel (_reduce_splits)
+            self.ws = top.create("loop.alloc", [], result_types=[BufferType(
+                (cfg.splits, c.batches, c.M, c.N), F32)]).result
+        self.flat = {}
+        for x in (c.a, c.b):   # cp.async addresses: element offsets into a flat view
+            if self.lay[id(x)].vector:
+                root = _root(x.buffer)
+                self.flat[id(x)] = top.create("loop.view", [root], {
+                    "offset": 0, "shape": (root.type.span,), "strides": (1,)}).result
+        launch, b = launch_before(c.nest.op, grid, (cfg.threads, 1, 1), SCHEDULE)
+        self.s = {id(x): shared(b, self._tile_shape(x), self.el) for x in (c.a, c.b)}
+        tid = thread_id(b, 0)
+        self.tid = tid
+        warp = div(b, tid, 32)
+        self.lane = sub(b, tid, mul(b, warp, 32))
+        wmi = div(b, warp, cfg.warps_n)
+        wni = sub(b, warp, mul(b, wmi, cfg.warps_n))
+        self.wm0 = mul(b, wmi, cfg.wm)
+        self.wn0 = mul(b, wni, cfg.wn)
+        self.base = {id(c.a): mul(b, block_id(b, 1), cfg.bm), id(c.b): mul(b, block_id(b, 0), cfg.bn)}
+        bz = block_id(b, 2)
+        self.batch_lin = div(b, bz, cfg.splits)
+        self.split = _rem(b, bz, cfg.splits) if cfg.splits > 1 else None
+        self.batch = _index_values(b, c, c.batch, self.batch_lin) if c.batch else {}
+        kt0 = mul(b, self.split, self.kts) if self.split is not None else None
+        for s in range(min(cfg.stages - 1, self.kts)):
+            self._copy(b, const(b, s), add(b, kt0, s) if kt0 is not None else const(b, s))
+            b.create("gpu.cp_async_commit", [])
+        zero = b.create("arith.constant", [], {"value": 0.0, "type": F32}).result
+        mi_n, ni_n = cfg.wm // 16, cfg.wn // 8
+        accs = [zero] * (mi_n * ni_n * 4)
+        loop, fb, kt, carried = for_loop(b, 0, self.kts, 1, inits=accs)
+        fb.create("gpu.cp_async_wait", [], {"pending": cfg.stages - 2})
+        barrier(fb)
+        nxt = add(fb, kt, cfg.stages - 1)
+        _, ib = if_op(fb, cmp(fb, "lt", nxt, self.kts))
+        self._copy(ib, _rem(ib, nxt, cfg.stages), add(ib, kt0, nxt) if kt0 is not None else nxt)
+        fb.create("gpu.cp_async_commit", [])
+        stage = _rem(fb, kt, cfg.stages)
+        acc = list(carried)
+        for kk in range(self.bk // self.ks):
+            acc = self._step(fb, stage, kk * self.ks, acc)
+        fb.create("loop.yield", acc)
+        self._epilogue(b, list(loop.results))
+        if self.ws is not None:
+            self._reduce_splits()
+        return launch
+
+    # -- global -> shared
+    def _copy(self, b: Builder, stage: Value, kt: Value) -> None:
+        for x in (self.c.a, self.c.b):
+            lay = self.lay[id(x)]
+            if lay.vector:
+                self._copy_vector(b, x, lay, stage, kt)
+            else:
+                self._copy_scalar(b, x, stage, kt)
+
+    def _operand_syms(self, b, x: Operand, mn: Value, k: Value) -> dict:
+        syms = dict(self.batch)
+        syms.update(_index_values(b, self.c, _mn_dims(self.c, x), mn))
+        syms.update(_red_values(b, self.c, k))
+        return syms
+
+    def _extent(self, x: Operand) -> int:
+        return self.c.M if x is self.c.a else self.c.N
+
+    def _copy_vector(self, b, x: Operand, lay: Layout, stage, kt) -> None:
+        c, cfg, v = self.c, self.cfg, self.vec
+        rows = cfg.bm if x is c.a else cfg.bn
+        mn_total = self._extent(x)
+        if lay.kmajor:
+            per, total = self.bk // v, rows * self.bk // v
+        else:
+            per, total = rows // v, self.bk * rows // v
+        for it in range(-(-total // cfg.threads)):
+            ch = add(b, self.tid, it * cfg.threads)
+            live = cmp(b, "lt", ch, total) if (it + 1) * cfg.threads > total else None
+            ch = _min(b, ch, total - 1) if live is not None else ch
+            hi, lo = div(b, ch, per), mul(b, _rem(b, ch, per), v)
+            r, col = (hi, lo)
+            if lay.kmajor:   # hi: the M/N row, lo: the k offset
+                mn, k = add(b, self.base[id(x)], hi), add(b, mul(b, kt, self.bk), lo)
+                mn_c, k_c = _min(b, mn, mn_total - 1), _min(b, k, c.K - v)
+            else:            # hi: the k row, lo: the M/N offset
+                mn, k = add(b, self.base[id(x)], lo), add(b, mul(b, kt, self.bk), hi)
+                mn_c, k_c = _min(b, mn, mn_total - v), _min(b, k, c.K - 1)
+            pred = _and(b, cmp(b, "lt", mn, mn_total), cmp(b, "lt", k, c.K))
+            if live is not None:
+                pred = _and(b, pred, live)
+            lin = _linear(b, x, self._operand_syms(b, x, mn_c, k_c))
+            col = self._swizzle(b, x, r, col)
+            b.create("gpu.cp_async", [self.flat[id(x)], [lin], self.s[id(x)], [stage, r, col],
+                                      pred], {"bytes": 16})
+
+    def _copy_scalar(self, b, x: Operand, stage, kt) -> None:
+        """Element by element, k fastest across threads when k is the operand's contiguous
+        direction, else M/N fastest; zero past the edges; stored K-major."""
+        c, cfg = self.c, self.cfg
+        rows = cfg.bm if x is c.a else cfg.bn
+        mn_total = self._extent(x)
+        total = rows * self.bk
+        k_fast = x.coef(("r", len(c.red) - 1)) == 1 or not _mn_dims(c, x)
+        zero = b.create("arith.constant", [], {"value": 0.0, "type": self.el}).result
+        for it in range(-(-total // cfg.threads)):
+            e = add(b, self.tid, it * cfg.threads)
+            if k_fast:
+                row, kk = div(b, e, self.bk), _rem(b, e, self.bk)
+            else:
+                kk, row = div(b, e, rows), _rem(b, e, rows)
+            mn, k = add(b, self.base[id(x)], row), add(b, mul(b, kt, self.bk), kk)
+            pred = _and(b, cmp(b, "lt", mn, mn_total), cmp(b, "lt", k, c.K))
+            idx = _indices(b, x, self._operand_syms(b, x, _min(b, mn, mn_total - 1),
+                                                    _min(b, k, c.K - 1)))
+            v = b.create("loop.load", [x.buffer, idx]).result
+            v = b.create("arith.select", [pred, v, zero]).result
+            b.create("loop.store", [v, self.s[id(x)], [stage, row, self._swizzle(b, x, row, kk)]])
+
+    # -- fragments and mma
+    def _frag(self, b, x: Operand, stage, k0: int, mn0: Value, pair: int) -> list:
+        """ldmatrix.x4 of a 16 (M/N) x ks (k) block at (mn0, k0): A's fragment, or two n8
+        tiles of B (``pair``), per module docstring's layouts."""
+        lane = self.lane
+        q, r = div(b, lane, 8), _rem(b, lane, 8)
+        cu = 16 // (self.el.bitwidth // 8)      # elements per 16-byte row chunk
+        lay = self.lay[id(x)]
+        is_a = x is self.c.a
+        if lay.kmajor:
+            if is_a:   # matrices: (rows 0-7 | 8-15) x (k 0 | k cu)
+                row = add(b, add(b, mn0, r), mul(b, _rem(b, q, 2), 8))
+                col = add(b, mul(b, div(b, q, 2), cu), k0)
+            else:      # (n 0-7: k 0 | k cu), (n 8-15: k 0 | k cu)
+                row = add(b, add(b, mn0, r), mul(b, div(b, q, 2), 8))
+                col = add(b, mul(b, _rem(b, q, 2), cu), k0)
+            trans = False
+        else:          # stored [k][mn], transposed on load (f16)
+            if is_a:
+                row = add(b, add(b, r, mul(b, div(b, q, 2), 8)), k0)
+                col = add(b, mn0, mul(b, _rem(b, q, 2), 8))
+            else:
+                row = add(b, add(b, r, mul(b, _rem(b, q, 2), 8)), k0)
+                col = add(b, mn0, mul(b, div(b, q, 2), 8))
+            trans = True
+        col = self._swizzle(b, x, row, col)
+        vals = b.create("gpu.ldmatrix", [self.s[id(x)], [stage, row, col]],
+                        {"num": 4, "trans": trans}).results
+        if self.c.kind == "tf32":
+            vals = [b.create("arith.round_tf32", [v]).result for v in vals]
+        return list(vals)
+
+    def _step(self, b, stage, k0: int, acc: list) -> list:
+        cfg = self.cfg
+        mi_n, ni_n = cfg.wm // 16, cfg.wn // 8
+        a = [self._frag(b, self.c.a, stage, k0, add(b, self.wm0, mi * 16), 0)
+             for mi in range(mi_n)]
+        bf = []
+        for nj in range(ni_n // 2):
+            vals = self._frag(b, self.c.b, stage, k0, add(b, self.wn0, nj * 16), nj)
+            half = len(vals) // 2
+            bf += [vals[:half], vals[half:]]
+        out = list(acc)
+        for mi in range(mi_n):
+            for ni in range(ni_n):
+                at = (mi * ni_n + ni) * 4
+                d = b.create("gpu.mma", [a[mi], bf[ni], out[at:at + 4]],
+                             {"shape": self.shape}).results
+                out[at:at + 4] = list(d)
+        return out
+
+    # -- the point program per accumulator element
+    def _epilogue(self, b: Builder, acc: list) -> None:
+        c, cfg = self.c, self.cfg
+        g = div(b, self.lane, 4)
+        t = _rem(b, self.lane, 4)
+        mi_n, ni_n = cfg.wm // 16, cfg.wn // 8
+        m_base = add(b, add(b, self.base[id(c.a)], self.wm0), g)
+        n_base = add(b, add(b, self.base[id(c.b)], self.wn0), mul(b, t, 2))
+        for mi in range(mi_n):
+            for ni in range(ni_n):
+                for i in range(4):
+                    m = add(b, m_base, mi * 16 + 8 * (i >= 2))
+                    n = add(b, n_base, ni * 8 + (i & 1))
+                    guards = []
+                    if c.M % cfg.bm:
+                        guards.append(cmp(b, "lt", m, c.M))
+                    if c.N % cfg.bn:
+                        guards.append(cmp(b, "lt", n, c.N))
+                    eb = b
+                    if guards:
+                        cond = guards[0] if len(guards) == 1 else _and(b, *guards)
+                        _, eb = if_op(b, cond)
+                    v = acc[(mi * ni_n + ni) * 4 + i]
+                    if self.ws is not None:
+                        eb.create("loop.store", [v, self.ws, [self.split, self.batch_lin, m, n]])
+                    else:
+                        self._point(eb, dict(self.batch), m, n, v)
+
+    def _point(self, b: Builder, syms: dict, m: Value, n: Value, total: Value) -> None:
+        """The nest's point program at logical output (batch ``syms``, ``m``, ``n``) with the
+        reduction's sum ``total``: start value + total, then the epilogue (stores included)."""
+        c = self.c
+        par = c.nest.op.regions[0].blocks[0].args
+        syms.update(_index_values(b, c, c.m_dims, m))
+        syms.update(_index_values(b, c, c.n_dims, n))
+        mapping = {par[d]: syms[("p", d)] for d in range(len(par))}
+        for o in c.init:
+            b.insert(o.clone(mapping))
+        start = mapping.get(c.start, c.start)
+        mapping[c.result] = b.create("arith.add", [start, total]).result
+        for o in c.epilogue:
+            b.insert(o.clone(mapping))
+
+    def _reduce_splits(self) -> None:
+        """The second kernel of split-K: a nest over (batch, m, n) summing the splits' partials
+        in order, then the point program; mapped by the pointwise schedule."""
+        from . import pointwise
+        c, cfg = self.c, self.cfg
+        top = Builder.before_op(c.nest.op)
+        nest, pb, (bl, m, n) = parallel_loop(top, (0, 0, 0), (c.batches, c.M, c.N),
+                                             loc=c.nest.op.loc)
+        total = pb.create("loop.load", [self.ws, [const(pb, 0), bl, m, n]]).result
+        for s in range(1, cfg.splits):
+            v = pb.create("loop.load", [self.ws, [const(pb, s), bl, m, n]]).result
+            total = pb.create("arith.add", [total, v]).result
+        syms = _index_values(pb, c, c.batch, bl) if c.batch else {}
+        self._point(pb, syms, m, n, total)
+        pointwise.schedule(nest, None)
+        nest.erase()
+
+
+def build(c: Contraction, cfg: Config) -> Operation:
+    """The launch of contraction ``c`` with tile config ``cfg`` (inserted before its nest,
+    which the caller erases)."""
+    return _Builder(c, cfg).build()
+
+
+def schedule(op: Operation, options=None) -> Operation | None:
+    """Insert the mma launch for ``op`` and return it, or None when ``op`` is not a
+    reduced-precision contraction (fp32 nests go to the tiled schedule: fp32 stays fp32)."""
+    c = analyze(op)
+    if c is None:
+        return None
+    cfg = choose(c)
+    if cfg is None:
+        return None
+    return _Builder(c, cfg).build()

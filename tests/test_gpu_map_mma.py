@@ -1,0 +1,145 @@
+"""The mma schedule (ptxc/lower/gpu_map/mma.py): fp16 contractions (MatMul, batched MatMul,
+Gemm-like transposed weights, convolutions) mapped onto tensor cores. Each mapped module runs in
+the lockstep interpreter and must match the unmapped nest (rtol 1e-5 of the output's scale: the
+tensor core sums in another order) and numpy on the f16 data; its PTX assembles with ptxas
+without spills; on a GPU (``gpu`` marker) it gives the interpreter's answer.
+"""
+
+import numpy as np
+import pytest
+
+from contraction_ir import conv_model, inputs_for, loop_module, matmul_model
+from ptxc.dialects.loop import run_main
+from ptxc.lower.gpu_map import contraction, mma
+from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
+from ptxc.rewrite import PassManager
+
+needs_ptxas = pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not installed here")
+
+
+def launches(m):
+    return [o for o in m.walk() if o.name == "gpu.launch"]
+
+
+def mapped(model):
+    m = loop_module(model)
+    x = inputs_for(model)
+    want = run_main(m, x)
+    PassManager("map-to-gpu").run(m)
+    return m, x, want
+
+
+def check_close(got, want):
+    for k in want:
+        scale = max(1.0, float(np.abs(want[k]).max()))
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5 * scale, err_msg=k)
+
+
+MATMULS = {
+    "64x64x48": dict(M=64, K=64, N=48),
+    "130x96x72_edges": dict(M=130, K=96, N=72),
+    "odd_k_scalar_copy": dict(M=40, K=36, N=24),          # K % 8 != 0: A copied by scalars
+    "batched_2x3": dict(M=32, K=32, N=16, batch=(2, 3)),
+    "trans_b_kmajor": dict(M=48, K=64, N=32, trans_b=True),
+    "no_bias": dict(M=32, K=48, N=32, bias=False, relu=False),
+    "split_k": dict(M=32, K=512, N=32),                    # one tile: K split over 4 CTAs
+}
+
+
+def test_split_k_when_the_tiles_leave_sms_idle():
+    m, x, want = mapped(matmul_model(**MATMULS["split_k"]))
+    ls = launches(m)
+    assert [o.attributes["schedule"] for o in ls] == ["mma", "pointwise"]
+    assert ls[0].attributes["grid"] == (1, 1, 4)
+    check_close(run_main(m, x), want)
+
+
+@pytest.mark.parametrize("case", sorted(MATMULS))
+def test_matmul_maps_to_mma_and_matches(case):
+    model = matmul_model(**MATMULS[case])
+    m, x, want = mapped(model)
+    kinds = [o.attributes["schedule"] for o in launches(m)]
+    assert "mma" in kinds, kinds
+    got = run_main(m, x)
+    check_close(got, want)
+    # and numpy on the f16 data, accumulated in f64
+    p = MATMULS[case]
+    a = x["a"].astype(np.float64)
+    b = x["b"].astype(np.float64)
+    if p.get("trans_b"):
+        b = np.swapaxes(b, -1, -2)
+    ref = a @ b
+    if p.get("bias", True):
+        ref = ref + __import__("onnx").numpy_helper.to_array(model.graph.initializer[0])
+    if p.get("relu", True):
+        ref = np.maximum(ref, 0)
+    np.testing.assert_allclose(got["y"], ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def test_layouts_chosen_from_the_operands():
+    m = loop_module(matmul_model(M=64, K=64, N=64))
+    nest = next(o for o in m.walk() if o.name == "loop.parallel" and
+                contraction.analyze(o) is not None)
+    c = contraction.analyze(nest)
+    assert c.kind == "f16" and (c.M, c.N, c.K) == (64, 64, 64) and c.u == 8
+    assert mma.layout(c, c.a) == mma.Layout(kmajor=True, vector=True)     # a[m, k]
+    assert mma.layout(c, c.b) == mma.Layout(kmajor=False, vector=True)    # b[k, n]
+    m = loop_module(matmul_model(M=40, K=36, N=24))
+    c = next(contraction.analyze(o) for o in m.walk() if o.name == "loop.parallel" and
+             contraction.analyze(o) is not None)
+    assert mma.layout(c, c.a) == mma.Layout(kmajor=True, vector=False)
+
+
+def test_fp32_contractions_are_not_taken():
+    """fp32 stays fp32: a plain f32 MatMul is no contraction for the mma schedule."""
+    from ptxc.compiler import as_module, run_stages
+    from onnx import TensorProto, helper
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [32, 32]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 32])])
+    m = as_module(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    run_stages(m, "loop")
+    assert all(contraction.analyze(o) is None for o in m.walk() if o.name == "loop.parallel")
+
+
+CONVS = {
+    "3x3_pad1": dict(N=1, C=16, H=8, W=8, K=32, R=3, S=3, pad=1),
+    "1x1": dict(N=2, C=32, H=6, W=6, K=16, R=1, S=1),
+    "3x3_s2": dict(N=1, C=8, H=9, W=9, K=16, R=3, S=3, stride=2, pad=1),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(CONVS))
+def test_conv_maps_to_mma_and_matches(case):
+    m, x, want = mapped(conv_model(**CONVS[case]))
+    assert "mma" in [o.attributes["schedule"] for o in launches(m)]
+    check_close(run_main(m, x), want)
+
+
+@needs_ptxas
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["64x64x48", "130x96x72_edges", "odd_k_scalar_copy",
+                                  "batched_2x3"])
+def test_mma_kernels_assemble_without_spills(case):
+    m, _, _ = mapped(matmul_model(**MATMULS[case]))
+    p = lower_to_ptx(m, arch="sm_90")
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in p.ptx
+    assert "ldmatrix.sync.aligned" in p.ptx
+    rep = assemble(p.ptx, "sm_90")
+    for k in rep.kernels.values():
+        assert k.spill_stores == 0 and k.spill_loads == 0, k
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(MATMULS) + [f"conv_{k}" for k in sorted(CONVS)])
+def test_mma_on_gpu_gives_the_interpreters_answer(case):
+    from test_ptx import run_on_gpu
+    model = conv_model(**CONVS[case[5:]]) if case.startswith("conv_") else \
+        matmul_model(**MATMULS[case])
+    m, x, _ = mapped(model)
+    want = run_main(m, x)
+    got = run_on_gpu(lower_to_ptx(m), x)
+    check_close(got, want)
