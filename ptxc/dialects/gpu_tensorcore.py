@@ -22,9 +22,13 @@ mma.m16n8k16" etc.; ``groupID = lane >> 2``, ``threadID_in_group = lane % 4``). 
 reached by all 32 lanes of a warp (``.sync.aligned``): under a ``loop.if`` mask that splits a
 warp they are refused.
 
-``gpu.cp_async`` completes at once in the interpreter (copying is one legal schedule of an
-asynchronous copy that is waited for), so commit and wait are no-ops there; on the GPU a kernel
-must ``gpu.cp_async_wait`` and ``gpu.barrier`` before reading what other threads copied.
+``gpu.cp_async`` in the interpreter reads its source when issued and writes its destination
+only when its group completes: ``gpu.cp_async_commit`` closes the group of the copies issued
+since the last commit, and ``gpu.cp_async_wait {pending = n}`` completes every committed group
+but the newest ``n``. So a kernel that reads shared memory before waiting for the copy that
+fills it reads stale (or, fresh, NaN) data in the interpreter too, as it may on the GPU: a
+pipeline that commits or waits wrongly fails its tests without a GPU. (The barrier that must
+also separate one thread's copy from another thread's read is not modelled: lockstep.)
 """
 
 from __future__ import annotations
@@ -315,16 +319,33 @@ class CpAsync(OpSpec):
             if np.any(((lin * (bt.element.bitwidth // 8)) % op.attributes["bytes"])[sel]):
                 raise CompileError(f"{op.where}: a {'source' if k == 0 else 'dest'} address "
                                    f"is not {op.attributes['bytes']}-byte aligned")
+        writes = []   # (where, values): read now, written when the copy's group completes
         for e in range(n):
             s_i = [i[copy] for i in src[:-1]] + [src[-1][copy] + e]
             d_i = [i[copy] for i in dst[:-1]] + [dst[-1][copy] + e]
             _check_bounds(op, st, s_i)
             _check_bounds(op, dt, d_i)
-            storage[(blk[copy], *d_i)] = g["source"][tuple(s_i)]
+            writes.append(((blk[copy], *d_i), np.array(g["source"][tuple(s_i)])))
             z_i = [i[zero] for i in dst[:-1]] + [dst[-1][zero] + e]
             _check_bounds(op, dt, z_i)
-            storage[(blk[zero], *z_i)] = 0
+            writes.append(((blk[zero], *z_i), 0))
+        _pipeline(op, interp)["current"].append((storage, writes))
         return []
+
+
+def _pipeline(op: Operation, interp) -> dict:
+    """The running launch's cp.async state: copies issued since the last commit (``current``)
+    and committed groups not yet waited for (``groups``, oldest first)."""
+    state = _state(op, interp)
+    if not hasattr(state, "cp_async"):
+        state.cp_async = {"current": [], "groups": []}
+    return state.cp_async
+
+
+def _complete(group) -> None:
+    for storage, writes in group:
+        for where, values in writes:
+            storage[where] = values
 
 
 class _Group(OpSpec):
@@ -349,6 +370,12 @@ class CpAsyncCommit(_Group):
 
     name = "gpu.cp_async_commit"
 
+    def reference(self, op, args, interp):
+        pipe = _pipeline(op, interp)
+        pipe["groups"].append(pipe["current"])
+        pipe["current"] = []
+        return []
+
 
 @register
 class CpAsyncWait(_Group):
@@ -362,4 +389,10 @@ class CpAsyncWait(_Group):
         super().verify(op)
         if not 0 <= op.attributes["pending"] <= 7:
             fail(op, f"pending must be in [0, 7], is {op.attributes['pending']}")
+
+    def reference(self, op, args, interp):
+        groups = _pipeline(op, interp)["groups"]
+        while len(groups) > op.attributes["pending"]:
+            _complete(groups.pop(0))
+        return []
 

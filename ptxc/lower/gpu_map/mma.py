@@ -294,8 +294,9 @@ class _Builder:
         self.split = _rem(b, bz, cfg.splits) if cfg.splits > 1 else None
         self.batch = _index_values(b, c, c.batch, self.batch_lin) if c.batch else {}
         kt0 = mul(b, self.split, self.kts) if self.split is not None else None
-        for s in range(min(cfg.stages - 1, self.kts)):
-            self._copy(b, const(b, s), add(b, kt0, s) if kt0 is not None else const(b, s))
+        for s in range(cfg.stages - 1):   # S - 1 groups, empty past the last tile, so that
+            if s < self.kts:                # the loop's wait(S - 2) always means "tile kt"
+                self._copy(b, const(b, s), add(b, kt0, s) if kt0 is not None else const(b, s))
             b.create("gpu.cp_async_commit", [])
         zero = b.create("arith.constant", [], {"value": 0.0, "type": F32}).result
         mi_n, ni_n = cfg.wm // 16, cfg.wn // 8
