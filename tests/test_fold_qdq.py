@@ -51,7 +51,7 @@ def test_qdq_cnn_folds_into_int8_layers(qdq_cnn):
     assert len(fired) == 4
 
 
-@pytest.mark.parametrize("path", ["interpret", "cpu"])
+@pytest.mark.parametrize("path", ["interpret", pytest.param("cpu", marks=pytest.mark.slow)])
 def test_qdq_cnn_matches_onnxruntime(qdq_cnn, path):
     step = _logit_step(qdq_cnn)
     if path == "cpu":
@@ -128,6 +128,7 @@ def test_explain_says_why_a_pair_did_not_fold():
     assert np.array_equal(ptxc.interpret(mod, {"x": x})["y"], _ort(m, {"x": x}))
 
 
+@pytest.mark.slow
 def test_residual_epilogue_is_scaled_to_output_units():
     """DQ -> conv -> + DQ(residual) -> Q: the residual joins the int8 conv's epilogue in units
     of the output scale; equal to the unfolded float graph within one output step."""

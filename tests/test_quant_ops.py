@@ -170,6 +170,7 @@ def test_refusals_name_the_node():
         ptxc.import_onnx(m)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not installed on this machine")
 def test_cuda_ptx_of_quant_ops_assembles():
     x = RNG.integers(0, 256, size=(1, 3, 8, 8)).astype(np.uint8)

@@ -113,3 +113,6 @@ def calibrate(model, data=None, method: str = "entropy", *, cache: str | None = 
     if cache is not None:
         write_cache(cache, mhash, settings, amax, n)
     return CalibrationTable(amax, mhash, settings, n)
+
+
+from .quantize import quantize_int8  # noqa: E402,F401  (needs the names above)

@@ -21,8 +21,8 @@ max/min with 0), which commutes with a positive scale. A DQ -> conv/matmul/gemm 
 not quantized (a network's last layer) becomes the same op with a float result (multiplier
 ``xs * ws``, no output zero point).
 
-Declines, each with its reason for ``--explain``: a layer result with users besides the Q,
-an input that is not a DQ, scales or zero points that are not constants, a per-axis activation
+A layer whose result has users besides a Q folds with a float result (the Q stays).
+Declines, each with its reason for ``--explain``: an input that is not a DQ, scales or zero points that are not constants, a per-axis activation
 scale, per-axis weight scales along another axis than the output channels, a bias that is not a
 constant (or a DQ of an int32 constant with scale ``xs * ws`` and zero point 0), a gemm with
 alpha or beta not 1 or transA, a transB gemm with non-constant weights, a non-i8/ui8 type.
@@ -100,8 +100,6 @@ class FoldQDQ(RewritePattern):
             first = producer(op.operands[0])
             if first is None or first.name != "graph.dequantize_linear":
                 return False  # a float layer: not this pattern's business
-            if q is None and any(u.name == "graph.quantize_linear" for u in users):
-                raise Decline(f"its result has {len(users)} users besides the QuantizeLinear")
             new = self._build(op, base, fused, spec, q)
         except Decline as e:
             qname = f" -> {_label(q)}" if q is not None else ""

@@ -1,0 +1,125 @@
+"""Implicit INT8 quantization from a calibration table (TensorRT's ``--int8 --calib``), as an
+insertion of Q/DQ pairs that the explicit path (fold-qdq) then turns into int8 layers.
+
+    table = ptxc.calib.calibrate(model, data, "entropy")
+    module = ptxc.calib.quantize_int8(model, table)      # graph module with Q/DQ pairs
+    engine = ptxc.compile(module, target="cpu")           # graph-opt folds them into int8 ops
+
+For every conv, gemm and matmul with constant float weights (not named in ``exclude``):
+
+* its weights become ``DQ(wq, ws[c])``: symmetric per output channel, ``ws[c] = max|w[c]| / 127``
+  and ``wq = rint(w / ws)`` in [-127, 127];
+* its input activation ``x`` (calibrated: ``amax`` in the table) becomes ``DQ(Q(x, s))`` with the
+  symmetric per-tensor ``s = amax / 127``, zero point 0, int8; every reader of ``x`` reads the
+  dequantized value (one pair per tensor), so a layer producing ``x`` ends in the Q and stores
+  int8 (no Q/DQ pairs are left between int8 layers once folded).
+
+Layers that are skipped (an ``exclude``d ONNX node name, a non-constant weight, a gemm with
+alpha/beta not 1, an input without a calibrated range) stay fp32; ``report`` lists, per layer,
+what precision it got and why. Scales come from the table alone, so a table read from the
+calibration cache gives the same module, bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..dialects.func import func_body, get_func
+from ..ir.attributes import DenseElements
+from ..ir.builder import Builder
+from ..ir.core import OpResult
+from ..ir.types import F32, I8
+
+QMAX = 127
+LAYERS = ("graph.conv", "graph.gemm", "graph.matmul")
+
+
+def _weight_axis(op) -> int | None:
+    if op.name == "graph.conv":
+        return 0
+    if op.name == "graph.gemm":
+        return 0 if op.attr("transB") else 1
+    w = op.operands[1].type
+    return 1 if w.rank == 2 else None
+
+
+def quantize_weights(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 weights, float32 scales along ``axis``): symmetric per channel."""
+    other = tuple(i for i in range(w.ndim) if i != axis)
+    amax = np.abs(w).max(axis=other).astype(np.float32)
+    scale = np.where(amax > 0, amax / np.float32(QMAX), np.float32(1.0)).astype(np.float32)
+    shape = [1] * w.ndim
+    shape[axis] = -1
+    q = np.clip(np.rint(w / scale.reshape(shape)), -QMAX, QMAX).astype(np.int8)
+    return q, scale
+
+
+def quantize_int8(model, table, exclude=(), report: list | None = None):
+    """A graph module of ``model`` with Q/DQ pairs from ``table`` (a CalibrationTable or a dict
+    tensor name -> amax); see the module docstring. ``report`` (a list) receives one
+    ``(layer, precision, why)`` per conv/gemm/matmul."""
+    from ..compiler import as_module
+    amax = table.amax if hasattr(table, "amax") else dict(table)
+    module = as_module(model)
+    body = func_body(get_func(module, "main"))
+    exclude = set(exclude)
+    pairs: dict = {}
+    for op in list(body.ops):
+        if op.name not in LAYERS:
+            continue
+        label = op.loc or op.name
+        why = _skip_reason(op, amax, exclude)
+        if why is not None:
+            if report is not None:
+                report.append((label, "fp32", why))
+            continue
+        x, w = op.operands[0], op.operands[1]
+        if x not in pairs:
+            pairs[x] = _insert_pair(body, x, float(amax[x.name_hint]) / QMAX)
+        axis = _weight_axis(op)
+        wq, ws = quantize_weights(w.op.attributes["value"].array, axis)
+        b = Builder.before_op(op)
+        cq = b.create("graph.constant", [], {"value": DenseElements(wq)}).result
+        cs = b.create("graph.constant", [], {"value": DenseElements(ws)}).result
+        cz = b.create("graph.constant", [], {"value": DenseElements(
+            np.zeros(ws.shape, np.int8))}).result
+        op.set_operand(1, b.create("graph.dequantize_linear", [cq, cs, cz],
+                                   {"axis": axis}).result)
+        if report is not None:
+            report.append((label, "int8", "per-channel weights, per-tensor input "
+                                          f"(amax {float(amax[x.name_hint]):.6g})"))
+    return module
+
+
+def _skip_reason(op, amax, exclude) -> str | None:
+    if op.loc in exclude:
+        return "excluded (precision override)"
+    x, w = op.operands[0], op.operands[1]
+    if x.type.element != F32 or w.type.element != F32:
+        return f"not f32 ({x.type.element})"
+    if not (isinstance(w, OpResult) and w.op.name == "graph.constant"):
+        return "weights are not a constant"
+    if _weight_axis(op) is None:
+        return "batched matmul weights"
+    if op.name == "graph.gemm" and (op.attr("alpha") != 1.0 or op.attr("beta") != 1.0
+                                    or op.attr("transA")):
+        return "gemm with alpha/beta not 1 or transA"
+    a = amax.get(x.name_hint)
+    if a is None:
+        return f"input {x.name_hint!r} has no calibrated range"
+    if not a > 0:
+        return f"input {x.name_hint!r} is all zeros on the calibration data"
+    return None
+
+
+def _insert_pair(body, x, scale: float):
+    """``DQ(Q(x))`` right after ``x`` is defined; every other reader of ``x`` reads the DQ."""
+    b = Builder.after_op(x.op) if isinstance(x, OpResult) else Builder.before_op(body.first_op)
+    s = b.create("graph.constant", [], {"value": DenseElements(np.array(scale, np.float32))})
+    z = b.create("graph.constant", [], {"value": DenseElements(np.array(0, np.int8))})
+    q = b.create("graph.quantize_linear", [x, s.result, z.result], {"axis": 0, "to": I8},
+                 result_names=[f"{x.name_hint}.q"])
+    dq = b.create("graph.dequantize_linear", [q.result, s.result, z.result], {"axis": 0},
+                  result_names=[f"{x.name_hint}.dq"])
+    x.replace_uses_if(dq.result, lambda use: use.op is not q)
+    return dq.result

@@ -1,0 +1,92 @@
+"""ptxc.calib.quantize_int8: implicit INT8 from a calibration table (Q/DQ pairs that fold-qdq
+turns into int8 layers): which layers go int8, numerics against fp32 and across paths, the
+cache giving identical modules, per-channel weight quantization."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ptxc
+from ptxc.calib import calibrate, quantize_int8
+from ptxc.calib.quantize import quantize_weights
+from ptxc.ir.printer import print_ir
+from ptxc.rewrite.pass_manager import PassManager
+from qdq_models import small_cnn
+
+RNG = np.random.default_rng(11)
+
+
+def _data(n):
+    return [{"x": RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def table():
+    return calibrate(small_cnn(), _data(16), "minmax", progress=False)
+
+
+def _opt(module):
+    m = module.clone()
+    PassManager("graph-opt").run(m)
+    return m, print_ir(m, elide_constants=True)
+
+
+@pytest.mark.slow
+def test_all_layers_go_int8_and_stay_close_to_fp32(table):
+    report = []
+    q = quantize_int8(small_cnn(), table, report=report)
+    assert [(r[0], r[1]) for r in report] == [("conv1", "int8"), ("conv2", "int8"),
+                                               ("conv3", "int8"), ("fc", "int8")]
+    m, text = _opt(q)
+    assert text.count('"graph.qlinear_conv"') == 3 and text.count('"graph.qlinear_matmul"') == 1
+    assert '"graph.conv"' not in text and '"graph.fused_conv"' not in text
+    engine = ptxc.compile(q, target="cpu")
+    f32 = ptxc.import_onnx(small_cnn())
+    for d in _data(4):
+        ref = ptxc.interpret(f32, d)["logits"].ravel()
+        got = ptxc.interpret(m, d)["logits"].ravel()
+        cos = float(ref @ got / np.linalg.norm(ref) / np.linalg.norm(got))
+        assert cos > 0.99, cos
+        assert np.allclose(engine.run(d)["logits"].ravel(), got, rtol=1e-5, atol=1e-5)
+
+
+def test_excluded_layer_stays_fp32(table):
+    report = []
+    q = quantize_int8(small_cnn(), table, exclude={"conv2"}, report=report)
+    assert ("conv2", "fp32", "excluded (precision override)") in report
+    _, text = _opt(q)
+    assert text.count('"graph.qlinear_conv"') == 2 and '"graph.fused_conv"' in text
+
+
+def test_uncalibrated_input_stays_fp32():
+    report = []
+    quantize_int8(small_cnn(), {"x": 4.0}, report=report)
+    assert report[0][:2] == ("conv1", "int8")
+    assert report[1] == ("conv2", "fp32", "input 'r1' has no calibrated range")
+
+
+def test_cache_gives_the_same_quantized_module(tmp_path):
+    cache = str(tmp_path / "c.json")
+    t1 = calibrate(small_cnn(), _data(4), "percentile", cache=cache, progress=False)
+    t2 = calibrate(small_cnn(), None, "percentile", cache=cache, progress=False)
+    assert t2.from_cache
+    a = print_ir(quantize_int8(small_cnn(), t1))
+    b = print_ir(quantize_int8(small_cnn(), t2))
+    assert a == b
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.sampled_from([(4, 3, 3, 3), (5, 7), (2, 1, 1, 1)]),
+       st.floats(1e-3, 1e3))
+def test_weight_round_trip_within_half_a_step(seed, shape, scale):
+    w = (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+    for axis in (0, len(shape) - 1):
+        q, s = quantize_weights(w, axis)
+        bshape = [1] * w.ndim
+        bshape[axis] = -1
+        back = q.astype(np.float32) * s.reshape(bshape)
+        assert np.all(np.abs(back - w) <= s.reshape(bshape) * 0.5001)
+        assert q.min() >= -127 and q.max() <= 127
+        other = tuple(i for i in range(w.ndim) if i != axis)
+        assert np.all(np.abs(q).max(axis=other) == 127)   # each channel uses its full range
