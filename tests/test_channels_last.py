@@ -175,8 +175,8 @@ def test_value_needed_both_ways_is_transposed_once():
 
 
 def test_ops_that_need_channels_first_get_it():
-    """LRN, batch norm and a channel-shuffle reshape read channels-first: the pass transposes
-    back before them, and the numbers do not move."""
+    """Batch norm and a reshape mixing channels with pixels read channels-first: the pass
+    transposes back before them, and the numbers do not move; LRN runs channels-last."""
     nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
              helper.make_node("LRN", ["a"], ["l"], size=3),
              helper.make_node("BatchNormalization", ["l", "s", "b", "mu", "var"], ["bn"]),
@@ -188,7 +188,52 @@ def test_ops_that_need_channels_first_get_it():
         ("shape", np.array([1, 2, 2, 25], np.int64))])
     module = channels_last(m, pipeline="")
     lrn = next(op for op in ops(module) if op.name == "graph.lrn")
-    assert lrn.operands[0].op.name == "graph.transpose"
+    assert lrn.attr("layout") == "NHWC"
+    bn = next(op for op in ops(module) if op.name == "graph.batch_normalization")
+    assert bn.operands[0].op.name == "graph.transpose"
+    # x in; before and after the batch norm; before the reshape (its (2, 2) split of C x H*W)
+    assert names(module).count("graph.transpose") == 4
+
+
+def test_lrn_channels_last_lowers_and_matches_onnxruntime():
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("LRN", ["a"], ["y"], size=5, alpha=0.01, beta=0.75, bias=2.0)]
+    m = model(nodes, [("x", (1, 4, 5, 5))], ["y"], [("w1", w(7, 4, 3, 3))])
+    x = f32(1, 4, 5, 5)
+    got = ptxc.compile(m, target="cpu", layout="nhwc").run({"x": x})["y"]
+    np.testing.assert_allclose(got, ort(m, {"x": x})["y"], rtol=1e-4, atol=1e-5)
+
+
+def test_channel_shuffle_costs_one_transpose_as_in_nchw():
+    """reshape (N, C, H, W) -> (N, g, C/g, H, W), transpose (0, 2, 1, 3, 4), reshape back: the
+    split is a reshape of NHWC data, the transpose is absorbed, and the merge needs the one real
+    data movement a shuffle is."""
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
+             helper.make_node("Reshape", ["a", "s5"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3, 4]),
+             helper.make_node("Reshape", ["t", "s4"], ["sh"]),
+             helper.make_node("Conv", ["sh", "w2"], ["y"])]
+    m = model(nodes, [("x", (2, 4, 3, 3))], ["y"], [
+        ("w1", w(6, 4, 1, 1)), ("w2", w(4, 6, 1, 1)),
+        ("s5", np.array([2, 2, 3, 3, 3], np.int64)), ("s4", np.array([2, 6, 3, 3], np.int64))])
+    module = channels_last(m, pipeline="")
+    assert names(module).count("graph.transpose") == 3  # x in, the shuffle, y out
+
+
+def test_flatten_before_a_classifier_permutes_the_weights_instead():
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["a"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["g"], transB=1),
+             helper.make_node("Relu", ["g"], ["r"]),
+             helper.make_node("Gemm", ["r", "wg"], ["y"])]
+    m = model(nodes, [("x", (2, 3, 6, 6))], ["y"], [
+        ("w1", w(5, 3, 3, 3)), ("wf", w(7, 45)), ("bf", f32(7)), ("wg", w(7, 4))])
+    module = channels_last(m)
+    assert names(module).count("graph.transpose") == 1
+    x = f32(2, 3, 6, 6)
+    got = ptxc.compile(m, target="cpu", layout="nhwc").run({"x": x})["y"]
+    np.testing.assert_allclose(got, ort(m, {"x": x})["y"], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.slow

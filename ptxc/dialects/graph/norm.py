@@ -10,6 +10,7 @@ import numpy as np
 
 from ...ir.spec import Attr, Operand, OpSpec, fail, register
 from .common import ttype
+from .layout import channels_last
 from .nn import compute_dtype
 
 
@@ -147,7 +148,8 @@ class LayerNormalization(OpSpec):
 
 @register
 class LRN(OpSpec):
-    """Local response normalization across channels (axis 1):
+    """Local response normalization across channels (axis 1; the last axis with
+    ``layout = "NHWC"``, graph/layout.py):
     ``Y = X / (bias + alpha / size * sum(X[c'] ** 2)) ** beta`` for ``c'`` in
     ``[c - floor((size - 1) / 2), c + ceil((size - 1) / 2)]``."""
 
@@ -155,7 +157,8 @@ class LRN(OpSpec):
     operands = ("X",)
     results = ("Y",)
     attributes = {"size": Attr("int", required=True), "alpha": Attr("float", default=1e-4),
-                  "beta": Attr("float", default=0.75), "bias": Attr("float", default=1.0)}
+                  "beta": Attr("float", default=0.75), "bias": Attr("float", default=1.0),
+                  "layout": Attr("str", default="NCHW", doc="NCHW or NHWC")}
     traits = {"pure"}
 
     def infer_types(self, op):
@@ -164,6 +167,7 @@ class LRN(OpSpec):
             fail(op, f"X must have rank >= 2 (N, C, ...), got {x}")
         if op.attr("size") is None or op.attr("size") < 1:
             fail(op, f"size must be a positive int, got {op.attr('size')}")
+        channels_last(op)  # checks the attribute
         return [x]
 
     def verify(self, op):
@@ -175,9 +179,12 @@ class LRN(OpSpec):
         ct = compute_dtype(x.dtype)
         size = op.attr("size")
         lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+        ax = x.ndim - 1 if channels_last(op) else 1
         sq = np.square(x.astype(ct, copy=False))
-        sqp = np.pad(sq, [(0, 0), (lo, hi)] + [(0, 0)] * (x.ndim - 2))
-        ssum = sliding_window_view(sqp, size, axis=1).sum(axis=-1)
+        width = [(0, 0)] * x.ndim
+        width[ax] = (lo, hi)
+        sqp = np.pad(sq, width)
+        ssum = sliding_window_view(sqp, size, axis=ax).sum(axis=-1)
         alpha, beta, bias = (ct.type(op.attr(k)) for k in ("alpha", "beta", "bias"))
         y = x.astype(ct, copy=False) / np.power(bias + alpha / ct.type(size) * ssum, beta)
         return [y.astype(x.dtype, copy=False)]

@@ -94,13 +94,16 @@ def _lrn(op, b):
     size = op.attr("size")
     lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
     r = x.type.rank
-    xp = pad(b, xw, [0, lo] + [0] * (r - 2), [0, hi] + [0] * (r - 2), 0.0)
-    n = r + 1  # loops (n, c, spatial..., j)
+    ax = r - 1 if op.attr("layout") == "NHWC" else 1  # the channel axis
+    low, high = [0] * r, [0] * r
+    low[ax], high[ax] = lo, hi
+    xp = pad(b, xw, low, high, 0.0)
+    n = r + 1  # loops (the result's dims..., j)
     m_in = []
     for i in range(r):
         row = [0] * (n + 1)
         row[i] = 1
-        if i == 1:
+        if i == ax:
             row[r] = 1
         m_in.append(tuple(row))
     m_out = tuple(tuple(row[:r] + (0, 0)) for row in identity_map(r))

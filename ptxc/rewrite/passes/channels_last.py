@@ -9,7 +9,7 @@ How. Every value gets a *physical layout*: a permutation ``p`` of its logical (O
 tensor in memory being ``transpose(logical, p)``. Function arguments and results keep ONNX's
 layout (the identity). The pass walks each function once, in program order:
 
-* a convolution (``graph.conv``, ``graph.fused_conv``) or a max/average pool becomes its
+* a convolution (``graph.conv``, ``graph.fused_conv``), a max/average pool or an LRN becomes its
   channels-last form (``layout = "NHWC"``, graph/layout.py): its input is asked for in the
   channels-last permutation ``(0, 2, .., r-1, 1)``, a constant filter is transposed to KRSC at
   compile time, a fused epilogue input is asked for in the result's layout;
@@ -21,7 +21,12 @@ layout (the identity). The pass walks each function once, in program order:
   ``resize`` (sizes, scales, roi permuted), ``softmax``/``log_softmax`` (axis remapped),
   ``reduce_*`` (axes remapped; ``keepdims = 0`` drops the reduced dims from the permutation),
   ``transpose`` (absorbed: its result is its input in memory, under a new permutation);
-* every other op (``reshape``, ``flatten``, ``gemm``, ``lrn``, ``batch_normalization``, ...)
+* reshapes (``reshape``, ``flatten``, ``squeeze``, ``unsqueeze``) stay reshapes in memory
+  where each group of dims they merge or split lies in order (a channel split of NHWC data, the
+  ``N x 1 x 1 x C`` after a global pool); a flatten read only by fully connected layers with
+  constant weights flattens the data as it lies and permutes the weight's rows instead; other
+  reshapes get one transpose first (a channel shuffle's data movement);
+* every other op (``gemm``, ``batch_normalization``, ``instance_normalization``, ...)
   and the function's return need the logical layout: the value is transposed back, once per
   value. Where that transpose only moves dims of size 1 (the ``N x 1 x 1 x C`` after a global
   pool) it is a ``graph.reshape`` (a view), not a transpose.
@@ -77,7 +82,7 @@ from .fold_batchnorm import const_array
 
 #: ops with a channel axis that have a channels-last form (``layout = "NHWC"``)
 CHANNEL_OPS = frozenset({"graph.conv", "graph.fused_conv", "graph.max_pool",
-                         "graph.average_pool"})
+                         "graph.average_pool", "graph.lrn"})
 #: global pools and the reduction that is their channels-last form
 GLOBAL_POOLS = {"graph.global_average_pool": "graph.reduce_mean",
                 "graph.global_max_pool": "graph.reduce_max"}
@@ -85,6 +90,8 @@ GLOBAL_POOLS = {"graph.global_average_pool": "graph.reduce_mean",
 #: permutation of their input
 PER_AXIS = {"graph.pad": ("pads",), "graph.slice": ("starts", "ends", "steps"),
             "graph.resize": ("sizes", "scales", "roi")}
+#: ops whose result is their operand's elements, row-major, under another shape
+RESHAPES = frozenset({"graph.reshape", "graph.flatten", "graph.squeeze", "graph.unsqueeze"})
 REDUCTIONS = frozenset({"graph.reduce_mean", "graph.reduce_sum", "graph.reduce_max",
                         "graph.reduce_min"})
 
@@ -105,6 +112,42 @@ def moves_only_unit_dims(perm, shape) -> bool:
     size > 1, so that it is a reshape (a view), not a data movement."""
     big = [d for d in perm if shape[d] != 1]
     return big == sorted(big)
+
+
+def reshape_groups(sin, sout):
+    """The dims of a reshape from ``sin`` to ``sout`` in matching groups ``(in dims, out dims)``
+    of equal element counts (dims of size 1 left out); None when there are none."""
+    nin = [d for d, n in enumerate(sin) if n != 1]
+    nout = [d for d, n in enumerate(sout) if n != 1]
+    groups, a, b = [], 0, 0
+    try:
+        while a < len(nin) or b < len(nout):
+            gi, gj = [nin[a]], [nout[b]]
+            pi, pj = sin[nin[a]], sout[nout[b]]
+            a, b = a + 1, b + 1
+            while pi != pj:
+                if pi < pj:
+                    gi.append(nin[a])
+                    pi, a = pi * sin[nin[a]], a + 1
+                else:
+                    gj.append(nout[b])
+                    pj, b = pj * sout[nout[b]], b + 1
+            groups.append((gi, gj))
+    except IndexError:
+        return None
+    return groups
+
+
+def _order(dims, shape, key) -> tuple[int, ...]:
+    """``dims`` sorted by ``key`` (non-unit dims), each unit dim right after the dim before it
+    (unit dims can lie anywhere; this keeps them where they were)."""
+    prev = (-1,)
+    keys = {}
+    for d in dims:
+        if shape[d] != 1:
+            prev = key(d)
+        keys[d] = prev + (d,)
+    return tuple(sorted(dims, key=lambda d: keys[d]))
 
 
 def _permute_axis_list(values, perm):
@@ -238,6 +281,8 @@ class _Function:
                 self.global_pool(op)
             elif op.name == "graph.transpose" and self.follows(op):
                 self.absorb_transpose(op)
+            elif op.name in RESHAPES and id(op.operands[0]) in self.phys:
+                self.reshape(op)
             elif self.follows(op):
                 self.follow(op)
             else:
@@ -314,6 +359,77 @@ class _Function:
         # recorded even when q is the identity: pv may itself be the key of another logical
         # value (an op rewritten in place), so y's uses cannot simply be pointed at it
         self.phys[id(op.results[0])] = (pv, q)
+
+    def reshape(self, op: Operation) -> None:
+        """A reshape of a permuted value is a reshape in memory when each group of input dims
+        that becomes a group of output dims lies contiguous and in order in memory (a channel
+        split ``C -> (g, C/g)`` of NHWC data, a flatten of ``N x 1 x 1 x C``): the result is
+        then permuted by its groups' order. Otherwise the value is first transposed so that the
+        groups lie in order (a real data movement, the one a channel shuffle makes)."""
+        x = op.operands[0]
+        sin, sout = self.logical_shape(x), op.results[0].type.shape
+        groups = reshape_groups(sin, sout)
+        if groups is None:
+            return self.keep(op)
+        perm = self.phys[id(x)][1]
+        phys = [d for d in perm if sin[d] != 1]
+        pos = {d: i for i, d in enumerate(phys)}
+        first = {}
+        fits = True
+        for gi, gj in groups:
+            p = [pos[d] for d in gi]
+            fits &= p == list(range(p[0], p[0] + len(p)))
+            for d in gj:
+                first[d] = (min(p),)
+        if not fits and self.flatten_into_fc(op, x, perm):
+            return
+        if not fits:  # lay the input out by its groups, in their order in memory
+            rank_of = {}
+            for gi, _ in groups:
+                for d in gi:
+                    rank_of[d] = (min(pos[e] for e in gi), d)
+            new_in = _order(range(len(sin)), sin, lambda d: rank_of[d])
+            self.phys[id(x)] = (self.as_perm(x, new_in), new_in)
+            return self.reshape(op)
+        q = _order(range(len(sout)), sout, lambda d: first[d])
+        pv = self.phys[id(x)][0]
+        out = op.results[0].type.with_shape(tuple(sout[d] for d in q))
+        r = self.builder().create("graph.reshape", [pv], {"shape": out.shape}, loc=op.loc,
+                                  result_names=[op.results[0].name_hint]).result
+        self.phys[id(op.results[0])] = (r, q)
+
+    def flatten_into_fc(self, op: Operation, x: Value, perm) -> bool:
+        """A flatten ``(N, C, H, W) -> (N, C*H*W)`` of channels-last data read only as the A
+        of fully connected layers (gemm/fused_gemm without transA, matmul) with constant B:
+        flatten the data as it lies (``H*W*C`` order) and permute B's rows the same way at
+        compile time, instead of transposing the activation (AlexNet's and VGG's classifier)."""
+        sin, sout = self.logical_shape(x), op.results[0].type.shape
+        if len(sout) != 2 or perm[0] != 0 or sout[0] != sin[0]:
+            return False
+        users = op.results[0].users
+        fcs = ("graph.gemm", "graph.fused_gemm", "graph.matmul", "graph.fused_matmul")
+        for u in users:
+            if u.name not in fcs or u.operands[0] is not op.results[0] or \
+                    op.results[0] in u.operands[1:] or u.attr("transA", 0) or \
+                    const_array(u.operands[1]) is None or u.operands[1].type.rank != 2:
+                return False
+        # row k of the data as it lies is row idx[k] of the logical flatten
+        idx = np.arange(int(np.prod(sin[1:]))).reshape(sin[1:])
+        idx = idx.transpose([p - 1 for p in perm[1:]]).reshape(-1)
+        b = self.builder()
+        pv = self.phys[id(x)][0]
+        r = b.create("graph.reshape", [pv], {"shape": tuple(sout)}, loc=op.loc,
+                     result_names=[op.results[0].name_hint]).result
+        for u in users:
+            w = u.operands[1]
+            arr = const_array(w)
+            arr = arr[:, idx] if u.attr("transB", 0) else arr[idx]
+            wv = b.create("graph.constant", [], {
+                "value": DenseElements(np.ascontiguousarray(arr), w.type)},
+                loc=self._loc(w), result_names=[self._name(w, "nhwc")]).result
+            u.set_operand(1, wv)
+        op.results[0].replace_all_uses_with(r)
+        return True
 
     def channel_op(self, op: Operation) -> None:
         x = op.operands[0]

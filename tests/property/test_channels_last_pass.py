@@ -1,0 +1,24 @@
+"""to-channels-last keeps random graphs (the shared strategy) verified and numerically equal
+under check-numerics, alone and after graph-opt, with and without channel padding."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from ptxc.rewrite import PassManager
+
+from .strategies import graphs
+
+SETTINGS = settings(max_examples=25, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pipeline", [
+    "to-channels-last",
+    "graph-opt,to-channels-last,cancel-transposes,eliminate-concat,dce",
+    "graph-opt,to-channels-last{channel-multiple=8},cancel-transposes,eliminate-concat,dce",
+])
+@SETTINGS
+@given(case=graphs())
+def test_channels_last_keeps_random_graphs_equal(pipeline, case):
+    PassManager(pipeline, check_numerics=True).run(case.network.to_module())
