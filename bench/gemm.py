@@ -128,7 +128,8 @@ def run_shape(M, K, N, program=None):
     slots = [dev[s.name] for s in t.slots]
     mod = cuda.current_context().create_module_ptx(p.ptx)
     stream = cc.Device().create_stream()
-    kernels = [(mod.get_function(k.name).kernel, cc.LaunchConfig(grid=k.grid, block=k.block),
+    from ptxc.driver.cuda import launch_config, load_kernel
+    kernels = [(load_kernel(mod, k), launch_config(k),
                 [slots[i].device_ctypes_pointer.value for i in k.buffers]) for k in t.kernels]
 
     def launch():

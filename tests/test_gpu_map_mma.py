@@ -143,3 +143,49 @@ def test_mma_on_gpu_gives_the_interpreters_answer(case):
     want = run_main(m, x)
     got = run_on_gpu(lower_to_ptx(m), x)
     check_close(got, want)
+
+
+def forced(model, cfg):
+    """The model's loop module with its contraction built with tile config ``cfg``, the rest
+    mapped as usual; with the unmapped module's outputs."""
+    m = loop_module(model)
+    x = inputs_for(model)
+    want = run_main(m, x)
+    for op in list(m.walk()):
+        c = contraction.analyze(op) if op.name == "loop.parallel" else None
+        if c is not None:
+            mma.build(c, cfg)
+            op.erase()
+    PassManager("map-to-gpu").run(m)
+    return m, x, want
+
+
+BIG = mma.Config(128, 128, 2, 2, 32, stages=4)   # 64 KiB of shared memory: dynamic
+
+
+def test_over_48k_of_shared_memory_goes_dynamic():
+    from ptxc.lower.loop_to_llvm import DYNAMIC_SHARED, lower_loop_to_llvm
+    m, x, want = forced(matmul_model(M=128, K=256, N=128), BIG)
+    check_close(run_main(m, x), want)
+    prog = lower_loop_to_llvm(m, target="nvptx")
+    assert f'@"{DYNAMIC_SHARED}" = external addrspace(3) global [0 x i8], align 16' in prog.text
+    (k,) = [k for k in prog.table.kernels if k.schedule == "mma"]
+    assert k.dynamic_shared == k.shared_bytes == 65536
+    from ptxc.lower.loop_to_llvm import KernelTable
+    assert KernelTable.from_json(prog.table.to_json()) == prog.table
+
+
+@needs_ptxas
+@pytest.mark.slow
+def test_dynamic_shared_kernel_assembles():
+    m, _, _ = forced(matmul_model(M=128, K=256, N=128), BIG)
+    rep = assemble(lower_to_ptx(m, arch="sm_90").ptx, "sm_90")
+    (k,) = [k for k in rep.kernels.values()]
+    assert k.shared_bytes == 0 and k.spill_stores == 0   # nothing static
+
+
+@pytest.mark.gpu
+def test_dynamic_shared_kernel_on_gpu():
+    from test_ptx import run_on_gpu
+    m, x, _ = forced(matmul_model(M=256, K=256, N=128), BIG)
+    check_close(run_on_gpu(lower_to_ptx(m), x), run_main(m, x))

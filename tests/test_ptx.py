@@ -461,9 +461,9 @@ def run_on_gpu(p: PtxProgram, inputs: dict) -> dict:
     dev = [cuda.to_device(h if h.size else np.zeros(1, h.dtype)) for h in host]
     mod = cuda.current_context().create_module_ptx(p.ptx)
     stream = cc.Device().create_stream()
+    from ptxc.driver.cuda import launch_config, load_kernel
     for k in t.kernels:
-        kernel = mod.get_function(k.name).kernel
-        cc.launch(stream, cc.LaunchConfig(grid=k.grid, block=k.block), kernel,
+        cc.launch(stream, launch_config(k), load_kernel(mod, k),
                   *[dev[i].device_ctypes_pointer.value for i in k.buffers])
     stream.sync()
     out = {}

@@ -29,7 +29,7 @@ frees what the earlier ones took:
 
 **One inference**: the inputs are copied into the input buffers (host-to-device for ``run``,
 device-to-device for ``run_device``), the kernels run in table order with each entry's
-``grid``/``block`` (static shared memory only: the dynamic size is 0), then the outputs are
+``grid``/``block`` and the kernel's dynamic shared bytes (:func:`launch_config`), then the outputs are
 copied out (to fresh host arrays, or fresh device arrays), and the stream is synchronized. Every
 pointer a kernel gets is fixed at setup (arena, weights, binding buffers), so the launches of
 one inference are the same every time: with ``cuda_graph`` (the default) they are captured once,
@@ -89,6 +89,26 @@ def arch_compatible(ptx_arch: str, device_arch: str, exact: bool = False) -> boo
         return ptx_arch == device_arch
     (want, suffix), (have, _) = arch_number(ptx_arch), arch_number(device_arch)
     return want == have if suffix else want <= have
+
+
+
+def load_kernel(module, info):
+    """The cuda.core kernel of table entry ``info`` from a loaded numba-cuda ``module``; a kernel
+    that launches with more than 48 KiB of dynamic shared memory is allowed that much first
+    (CUDA's opt-in: ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``)."""
+    fn = module.get_function(info.name)
+    if info.dynamic_shared > 48 * 1024:
+        from numba.cuda.cudadrv.driver import binding, driver
+        attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        driver.cuKernelSetAttribute(attr, int(info.dynamic_shared), fn.handle, fn.device.id)
+    return fn.kernel
+
+
+def launch_config(info):
+    """The cuda.core LaunchConfig of table entry ``info`` (grid, block, dynamic shared bytes)."""
+    import cuda.core as cc
+    return cc.LaunchConfig(grid=tuple(info.grid), block=tuple(info.block),
+                           shmem_size=int(info.dynamic_shared))
 
 
 class _DeviceState:
@@ -262,7 +282,7 @@ class CudaProgram:
             for k in self.table.kernels:
                 step = f"looking up kernel {k.name}"
                 if k.name not in by_name:
-                    by_name[k.name] = st.module.get_function(k.name).kernel
+                    by_name[k.name] = load_kernel(st.module, k)
                 st.kernels.append(by_name[k.name])
             step = "creating the stream"
             cdev = cc.Device(dev.id)
@@ -310,7 +330,7 @@ class CudaProgram:
             else:
                 ptrs.append(arena + self.plan.offsets[b.name])
         for k in self.table.kernels:
-            st.configs.append(cc.LaunchConfig(grid=tuple(k.grid), block=tuple(k.block)))
+            st.configs.append(launch_config(k))
             st.args.append(tuple(ptrs[i] for i in k.buffers))
 
     def _slot_buffers(self) -> list:

@@ -118,7 +118,9 @@ class KernelInfo:
     A GPU kernel (from a ``gpu.launch``) has ``trip_count = 1``, ``parallel = False`` and its
     launch shape: ``grid``/``block`` (3 ints each), ``shared_bytes`` (its ``gpu.shared`` buffers,
     each rounded up to 16 bytes) and the ``schedule`` that built it; CPU kernels leave them
-    ``None``/0."""
+    ``None``/0. ``dynamic_shared``: bytes of dynamic shared memory to launch with (0: the
+    buffers are static ``__shared__`` arrays; a launch over :data:`STATIC_SHARED_LIMIT` places
+    them in the dynamic shared memory instead, which the runtime must allow per kernel)."""
 
     name: str
     buffers: tuple
@@ -130,6 +132,7 @@ class KernelInfo:
     block: tuple | None = None
     shared_bytes: int = 0
     schedule: str | None = None
+    dynamic_shared: int = 0
 
 
 @attrs.frozen
@@ -455,6 +458,10 @@ class _Kernel(ScalarEmitter):
 
 
 _SREG = {"gpu.block_id": "ctaid", "gpu.thread_id": "tid"}
+#: bytes of static ``__shared__`` memory a kernel may declare; more goes to dynamic shared memory
+STATIC_SHARED_LIMIT = 48 * 1024
+#: the extern array every kernel's dynamic shared memory starts at (``extern __shared__``)
+DYNAMIC_SHARED = "ptxc_dynamic_shared"
 _BARRIER = "llvm.nvvm.barrier.cta.sync.aligned.all"  # bar.sync 0 (LLVM 22; was barrier0)
 
 
@@ -466,11 +473,13 @@ class _GpuKernel(_Kernel):
     addrspace = 1
     math_library = "libdevice"
 
-    def __init__(self, module: ir.Module, name: str, roots: list, top_scalars: list):
+    def __init__(self, module: ir.Module, name: str, roots: list, top_scalars: list,
+                 dynamic: bool = False):
         super().__init__(module, name, roots, top_scalars)
         self.fn.calling_convention = "ptx_kernel"
         self.shared_bytes = 0
         self.n_shared = 0
+        self.dynamic = dynamic
 
     def emit(self, op: Operation) -> None:
         name = op.name
@@ -495,6 +504,17 @@ class _GpuKernel(_Kernel):
         t: BufferType = op.results[0].type
         n = max(1, t.span)
         ty = ir.ArrayType(memory_type(t.element), n)
+        if self.dynamic:   # at the next 16-byte offset of the dynamic shared memory
+            base = self.m.globals.get(DYNAMIC_SHARED)
+            if base is None:
+                base = ir.GlobalVariable(self.m, ir.ArrayType(ir.IntType(8), 0), DYNAMIC_SHARED,
+                                         addrspace=3)
+                base.linkage = "external"
+                base.align = 16
+            at = ir.Constant(I64, self.shared_bytes)
+            self.ptrs[op.results[0]] = self.b.gep(base, [ir.Constant(I64, 0), at], inbounds=True)
+            self.shared_bytes += -(-n * np.dtype(t.element.np_dtype).itemsize // 16) * 16
+            return
         g = ir.GlobalVariable(self.m, ty, f"{self.fn.name}.shared{self.n_shared}", addrspace=3)
         self.n_shared += 1
         g.linkage = "internal"
@@ -619,13 +639,16 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
         s["first"] = index if s["first"] < 0 else s["first"]
         s["last"] = index
     if op.name == "gpu.launch":
-        k = _GpuKernel(m, f"kernel_{index}", roots, _top_scalars(op))
+        from ..dialects.gpu import shared_bytes
+        dynamic = shared_bytes(op) > STATIC_SHARED_LIMIT
+        k = _GpuKernel(m, f"kernel_{index}", roots, _top_scalars(op), dynamic=dynamic)
         k.block(op.regions[0].blocks[0], [])
         k.finish()
         return KernelInfo(k.fn.name, tuple(slot_of[r] for r in roots), 1, False, _op_work(op),
                           op.loc, grid=tuple(op.attributes["grid"]),
                           block=tuple(op.attributes["block"]), shared_bytes=k.shared_bytes,
-                          schedule=op.attributes.get("schedule"))
+                          schedule=op.attributes.get("schedule"),
+                          dynamic_shared=k.shared_bytes if dynamic else 0)
     k = _Kernel(m, f"kernel_{index}", roots, _top_scalars(op))
     if op.name == "loop.parallel":
         lo, hi = op.attributes["lower"], op.attributes["upper"]

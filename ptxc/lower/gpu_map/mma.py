@@ -57,7 +57,7 @@ from .tiled import _root
 
 SCHEDULE = "mma"
 SMS = 132                     # an H200's streaming multiprocessors
-SHARED_LIMIT = 48 * 1024      # static __shared__ bytes per block
+SHARED_LIMIT = 227 * 1024     # shared bytes per block on sm_90 (over 48 KiB: dynamic)
 MAX_WARP_TILE = 64 * 64       # accumulator elements per warp: 128 f32 registers per thread
 MIN_SPLIT_TILES = 4           # split-K: K tiles each split sums at least
 MAX_SPLITS = 16
@@ -134,7 +134,8 @@ def shared_bytes(c: Contraction, cfg: Config) -> int:
 def valid(c: Contraction, cfg: Config) -> bool:
     """Whether ``cfg`` builds a launchable kernel: whole mma tiles per warp (16 x 16: B's
     fragments come two n8 tiles per ldmatrix), at most 1024 threads, 48 KiB of static shared
-    memory, copies that split evenly over the threads, at most 128 f32 accumulators per thread
+    memory (227 KiB on sm_90; loop_to_llvm puts over 48 KiB in the dynamic shared memory),
+    copies that split evenly over the threads, at most 128 f32 accumulators per thread
     (a 64 x 64 warp tile; more spills), at least two warps."""
     v = KIND[c.kind][3]
     if cfg.bm % cfg.warps_m or cfg.bn % cfg.warps_n or cfg.wm % 16 or cfg.wn % 16:
@@ -156,7 +157,7 @@ def candidates(c: Contraction) -> list[Config]:
         for bn in (32, 64, 128, 256):
             for wm in (1, 2, 4):
                 for wn in (1, 2, 4):
-                    for st in (2, 3, 4):
+                    for st in (2, 3, 4, 5):
                         cfg = Config(bm, bn, wm, wn, bk, st)
                         if valid(c, cfg):
                             out.append(cfg)
