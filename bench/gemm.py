@@ -76,7 +76,7 @@ def search(M, K, N, min_tile=128 * 128, jobs=16):
     m = loop_module(matmul_model(M=M, K=K, N=N, bias=False, relu=False))
     c = next(contraction.analyze(o) for o in m.walk()
              if o.name == "loop.parallel" and contraction.analyze(o) is not None)
-    cfgs = [x for x in mma.candidates(c) if x.bm * x.bn >= min_tile]
+    cfgs = [x for x in mma.candidates(c) if x.bm * x.bn >= min_tile and x.stages >= 3]
     with ProcessPoolExecutor(jobs) as ex:
         built = list(ex.map(_compile_candidate, [(M, K, N, x) for x in cfgs]))
     rows = []
