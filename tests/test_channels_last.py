@@ -419,3 +419,48 @@ def test_explore_report_counts_the_transposes():
     assert row and row[0].split()[-1] == "1"
     text = ptxc.explore(classifier(), stage="graph", report=True)  # nchw: none
     assert not [line for line in text.splitlines() if line.startswith("// graph.transpose")]
+
+
+def f16_convs(c=3, k=32, h=10):
+    """conv 3x3 (c -> k) + relu + conv 3x3 (k -> k), all f16 (what the precision pass will
+    hand the mma schedule)."""
+    r = np.random.default_rng(3)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    g = helper.make_graph(
+        nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, (1, c, h, h))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)],
+        [numpy_helper.from_array((r.standard_normal((k, c, 3, 3)) * 0.1).astype(np.float16),
+                                 "w"),
+         numpy_helper.from_array((r.standard_normal((k, k, 3, 3)) * 0.1).astype(np.float16),
+                                 "w2")])
+    return onnx.shape_inference.infer_shapes(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]))
+
+
+@pytest.mark.slow
+def test_f16_channels_last_convs_feed_the_mma_schedule_with_cp_async():
+    """With NHWC activations and KRSC filters the mma schedule stages both operands with 16-byte
+    cp.async copies (the first conv's 3 channels padded to 8 on cuda); channels-first, the same
+    convs need scalar copies (no 16-byte runs along the reduction). The kernels assemble."""
+    def mma_launches(layout):
+        module = as_module(f16_convs())
+        run_stages(module, "loop", target="cuda", layout=layout)
+        return module, [op for op in func_body(get_func(module)).ops
+                        if op.name == "gpu.launch" and op.attr("schedule") == "mma"]
+
+    _, nchw = mma_launches("nchw")
+    module, nhwc = mma_launches("nhwc")
+    assert len(nhwc) >= 2
+    for launch in nhwc:
+        kinds = [o.name for o in launch.walk()]
+        assert "gpu.cp_async" in kinds and "loop.load" not in kinds
+    assert all("gpu.cp_async" not in [o.name for o in launch.walk()] for launch in nchw)
+    ptx = pytest.importorskip("ptxc.ptx")
+    if ptx.ptxas_path() is None:
+        pytest.skip("no ptxas")
+    prog = ptx.lower_to_ptx(module, arch="sm_90")
+    report = ptx.assemble(prog.ptx, "sm_90")
+    for k in prog.table.kernels:
+        assert k.name in report.kernels
