@@ -60,6 +60,11 @@ def quantize_qdq(model: onnx.ModelProto, samples, per_channel: bool = True,
         def get_next(self):
             return next(self.it, None)
 
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    if opset < 13:  # per-axis DequantizeLinear needs opset 13
+        from onnx import version_converter
+        model = version_converter.convert_version(model, 13)
+        model.ir_version = max(model.ir_version, 7)  # initializers need not be graph inputs
     with tempfile.TemporaryDirectory() as d:
         src, dst = os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx")
         onnx.save(model, src)
