@@ -76,12 +76,13 @@ def search(M, K, N, min_tile=128 * 128, jobs=16):
     m = loop_module(matmul_model(M=M, K=K, N=N, bias=False, relu=False))
     c = next(contraction.analyze(o) for o in m.walk()
              if o.name == "loop.parallel" and contraction.analyze(o) is not None)
-    cfgs = [x for x in mma.candidates(c) if x.bm * x.bn >= min_tile and x.stages >= 3]
+    cfgs = [x for x in mma.candidates(c) if x.bm * x.bn >= min_tile and x.stages >= 3
+            and x.threads <= 256]
     with ProcessPoolExecutor(jobs) as ex:
         built = list(ex.map(_compile_candidate, [(M, K, N, x) for x in cfgs]))
     rows = []
     for cfg, p in built:
-        tag = f"{cfg.bm}x{cfg.bn} warps {cfg.warps_m}x{cfg.warps_n} stages {cfg.stages}"
+        tag = f"{cfg.bm}x{cfg.bn}x{cfg.bk} warps {cfg.warps_m}x{cfg.warps_n} stages {cfg.stages}"
         if isinstance(p, str):
             rows.append({"config": tag, "error": p})
             continue

@@ -189,3 +189,18 @@ def test_dynamic_shared_kernel_on_gpu():
     from test_ptx import run_on_gpu
     m, x, _ = forced(matmul_model(M=256, K=256, N=128), BIG)
     check_close(run_on_gpu(lower_to_ptx(m), x), run_main(m, x))
+
+
+DEEP = mma.Config(64, 64, 2, 2, 64, stages=3)    # K tiles of 64: 128-byte rows, 8 chunks
+
+
+def test_deep_k_tiles_match():
+    m, x, want = forced(matmul_model(M=96, K=320, N=64), DEEP)
+    check_close(run_main(m, x), want)
+
+
+@pytest.mark.gpu
+def test_deep_k_tiles_on_gpu():
+    from test_ptx import run_on_gpu
+    m, x, _ = forced(matmul_model(M=96, K=320, N=64), DEEP)
+    check_close(run_on_gpu(lower_to_ptx(m), x), run_main(m, x))

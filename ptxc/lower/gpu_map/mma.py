@@ -149,19 +149,14 @@ def valid(c: Contraction, cfg: Config) -> bool:
 
 
 def candidates(c: Contraction) -> list[Config]:
-    """Every valid config over a small space of tiles, warp grids and stage counts: what a
-    tuner searches (bench/gemm.py --search times them on the GPU)."""
-    bk = KIND[c.kind][2]
-    out = []
-    for bm in (32, 64, 128, 256):
-        for bn in (32, 64, 128, 256):
-            for wm in (1, 2, 4):
-                for wn in (1, 2, 4):
-                    for st in (2, 3, 4, 5):
-                        cfg = Config(bm, bn, wm, wn, bk, st)
-                        if valid(c, cfg):
-                            out.append(cfg)
-    return out
+    """Every valid config over a small space of tiles, warp grids, K-tile depths and stage
+    counts: what a tuner searches (bench/gemm.py --search times them on the GPU)."""
+    import itertools
+    base = KIND[c.kind][2]
+    space = itertools.product((base, 2 * base), (32, 64, 128, 256), (32, 64, 128, 256),
+                              (1, 2, 4), (1, 2, 4), (2, 3, 4, 5))
+    return [cfg for bk, bm, bn, wm, wn, st in space
+            if valid(c, cfg := Config(bm, bn, wm, wn, bk, st))]
 
 
 def choose(c: Contraction) -> Config | None:
@@ -238,7 +233,8 @@ class _Builder:
 
     def __init__(self, c: Contraction, cfg: Config):
         self.c, self.cfg = c, cfg
-        self.shape, self.ks, self.bk, self.vec = KIND[c.kind]
+        self.shape, self.ks, _, self.vec = KIND[c.kind]
+        self.bk = cfg.bk
         self.el = F16 if c.kind == "f16" else F32
         self.kt = -(-c.K // cfg.bk)                    # K tiles in all
         self.kts = -(-self.kt // cfg.splits)           # K tiles per split
