@@ -188,10 +188,12 @@ def median_latency(fn, sync, repeat: int, seconds: float) -> tuple[float, int]:
 
 # ---- one (model, batch) -----------------------------------------------------------------------
 
-def bench_one(name: str, batch: int, deadline: float, repeat: int, tmp: str) -> dict:
+def bench_one(name: str, batch: int, deadline: float, repeat: int, tmp: str,
+              precision: str = "fp32", layout: str = "nchw") -> dict:
     import torch
     import ptxc
-    row: dict = {"model": name, "batch": batch, "errors": {}}
+    row: dict = {"model": name, "batch": batch, "precision": precision, "layout": layout,
+                 "errors": {}}
     left = lambda: deadline - time.perf_counter()  # noqa: E731
     sync = torch.cuda.synchronize
 
@@ -235,7 +237,10 @@ def bench_one(name: str, batch: int, deadline: float, repeat: int, tmp: str) -> 
 
         def compile_ptxc():
             t0 = time.perf_counter()
-            e = ptxc.compile(proto, target="cuda")
+            kw = {} if precision == "fp32" else {"precision": precision}
+            if layout != "nchw":
+                kw["layout"] = layout
+            e = ptxc.compile(proto, target="cuda", **kw)
             row["ptxc_compile_s"] = time.perf_counter() - t0
             row["ptxc_compile_stages"] = {k: round(v, 3) for k, v in e.timings.items()}
             return e
@@ -275,6 +280,13 @@ def bench_one(name: str, batch: int, deadline: float, repeat: int, tmp: str) -> 
             if t is not None:
                 row["ptxc_ms"], row["ptxc_n"] = t[0] * 1e3, t[1]
 
+    # the peers run in the same precision: fp16 is model.half() on half inputs, and
+    # torch.compile in mode "reduce-overhead" (CUDA graphs, as ptxc replays one)
+    if precision == "fp16":
+        import copy
+        model = copy.deepcopy(model).half()
+        x = x.half()
+
     # torch eager
     def eager():
         with torch.no_grad():
@@ -288,7 +300,8 @@ def bench_one(name: str, batch: int, deadline: float, repeat: int, tmp: str) -> 
     def compiled():
         with contextlib.suppress(Exception):
             torch._dynamo.reset()  # nothing left over from an earlier row's compile
-        cmodel = torch.compile(model)
+        cmodel = torch.compile(model, mode="reduce-overhead") if precision == "fp16" \
+            else torch.compile(model)
         with torch.no_grad():
             sync()
             t0 = time.perf_counter()
@@ -322,16 +335,17 @@ def ratio(v) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model | batch | GFLOP | ptxc compile s | ptxc ms | eager ms | torch.compile ms "
+    lines = ["| model | batch | precision | GFLOP | ptxc compile s | ptxc ms | eager ms | torch.compile ms "
              "| ptxc / eager | ptxc / compile | TFLOP/s ptxc / eager / compile | arena MiB "
              "| max rel err | errors |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
     for r in rows:
         arena = (r.get("memory_report") or {}).get("arena_bytes")
         tf = " / ".join(fmt(r.get(f"{w}_tflops"), ".2f") for w in ("ptxc", "eager", "compile"))
         errs = "; ".join(f"{k}: {v}" for k, v in r.get("errors", {}).items()) or ""
         lines.append(
-            f"| {r['model']} | {r['batch']} | {fmt(r.get('gflop'), '.1f')} "
+            f"| {r['model']} | {r['batch']} | {r.get('precision', 'fp32')} "
+            f"| {fmt(r.get('gflop'), '.1f')} "
             f"| {fmt(r.get('ptxc_compile_s'), '.1f')} | {fmt(r.get('ptxc_ms'), '.3f')} "
             f"| {fmt(r.get('eager_ms'), '.3f')} | {fmt(r.get('compile_ms'), '.3f')} "
             f"| {ratio(r.get('ptxc_over_eager'))} | {ratio(r.get('ptxc_over_compile'))} "
@@ -371,11 +385,16 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=390.0,
                     help="seconds for the whole run (each row gets its share of what is left)")
     ap.add_argument("--repeat", type=int, default=30, help="most timed calls per latency")
+    ap.add_argument("--precisions", default="fp32",
+                    help="fp32 and/or fp16 rows (fp16: ptxc precision='fp16' against torch's "
+                         "model.half(), torch.compile mode 'reduce-overhead')")
+    ap.add_argument("--layout", default="nchw", help="ptxc's layout= (nchw, nhwc, auto)")
     args = ap.parse_args()
     t_start = time.perf_counter()
     out_dir = os.environ.get("OUT") or "./bench_out"
     os.makedirs(out_dir, exist_ok=True)
-    configs = [(m, int(b)) for m in args.models.split(",") for b in args.batches.split(",")]
+    configs = [(m, int(b), p) for p in args.precisions.split(",")
+               for m in args.models.split(",") for b in args.batches.split(",")]
 
     env = environment()
     print("environment: " + ", ".join(f"{k} {v}" for k, v in env.items()), flush=True)
@@ -410,17 +429,19 @@ def main() -> int:
               f"{env.get('numba_cuda')}; fp32 everywhere (TF32 off); latency = median of "
               f"synchronize-bracketed calls; ptxc = run_device with CUDA graph")
     with tempfile.TemporaryDirectory(prefix="ptxc_bench_") as tmp:
-        for i, (name, batch) in enumerate(configs):
+        for i, (name, batch, precision) in enumerate(configs):
             left = args.budget - (time.perf_counter() - t_start)
             share = left / (len(configs) - i)
-            print(f"\n== {name} batch {batch} (time box {share:.0f} s of {left:.0f} s left)",
-                  flush=True)
+            print(f"\n== {name} batch {batch} {precision} (time box {share:.0f} s of "
+                  f"{left:.0f} s left)", flush=True)
             try:
-                row = bench_one(name, batch, time.perf_counter() + share, args.repeat, tmp)
+                row = bench_one(name, batch, time.perf_counter() + share, args.repeat, tmp,
+                                precision, args.layout)
             except BaseException as e:  # noqa: BLE001  (a row's failure never ends the run)
                 if isinstance(e, KeyboardInterrupt):
                     raise
-                row = {"model": name, "batch": batch, "errors": {"row": short_error(e)}}
+                row = {"model": name, "batch": batch, "precision": precision,
+                       "errors": {"row": short_error(e)}}
                 traceback.print_exc(limit=6)
             rows.append(row)
             gc.collect()  # the row's engine and models are unreachable now: free their memory
