@@ -464,3 +464,17 @@ def test_f16_channels_last_convs_feed_the_mma_schedule_with_cp_async():
     report = ptx.assemble(prog.ptx, "sm_90")
     for k in prog.table.kernels:
         assert k.name in report.kernels
+
+
+def test_cli_layout_option(tmp_path, capsys):
+    from ptxc.cli import main
+    path = tmp_path / "m.onnx"
+    onnx.save(classifier(), str(path))
+    assert main(["explore", str(path), "--layout", "nhwc"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[-1] for line in out.splitlines()
+            if line.startswith("// graph.transpose")] == ["1"]
+    assert 'layout = "NHWC"' in out
+    with pytest.raises(SystemExit):  # argparse refuses an unknown layout
+        main(["explore", str(path), "--layout", "hwcn"])
+    assert main(["run", str(path), "--target", "cpu", "--layout", "nhwc"]) == 0
