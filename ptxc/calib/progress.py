@@ -35,4 +35,4 @@ class Progress:
         rate = self.done / max(now - self.t0, 1e-9)
         tag = "done" if final else "running"
         print(f"ptxc calibrate: {tag}: batch {self.done}{of}, {now - self.t0:.1f} s "
-              f"({rate:.1f} batches/s)", file=self.stream, flush=True)
+              f"({rate:.3g} batches/s)", file=self.stream, flush=True)
