@@ -42,7 +42,7 @@ MATMULS = {
     "batched_2x3": dict(M=32, K=32, N=16, batch=(2, 3)),
     "trans_b_kmajor": dict(M=48, K=64, N=32, trans_b=True),
     "no_bias": dict(M=32, K=48, N=32, bias=False, relu=False),
-    "split_k": dict(M=32, K=512, N=32),                    # one tile: K split over 4 CTAs
+    "split_k": dict(M=32, K=1024, N=32),                   # one tile: K split over 4 CTAs
 }
 
 
@@ -204,3 +204,15 @@ def test_deep_k_tiles_on_gpu():
     from test_ptx import run_on_gpu
     m, x, _ = forced(matmul_model(M=96, K=320, N=64), DEEP)
     check_close(run_on_gpu(lower_to_ptx(m), x), run_main(m, x))
+
+
+def test_inspect_names_the_tile_and_precision(tmp_path):
+    """The kernel table and ``ptxc inspect`` of a saved cuda plan name the mma tile."""
+    from ptxc.driver.engine import Engine
+    from ptxc.driver.plan_inspect import inspect_plan
+    m, _, _ = mapped(matmul_model(**MATMULS["split_k"]))
+    assert launches(m)[0].attributes["tile"] == "f16 32x64x64 warps 1x2 stages 3 split-K 4"
+    engine = Engine.for_cuda(m)
+    engine.save(tmp_path / "mm.plan")
+    text = inspect_plan(tmp_path / "mm.plan")
+    assert "schedule mma [f16 32x64x64 warps 1x2 stages 3 split-K 4]" in text

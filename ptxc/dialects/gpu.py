@@ -110,13 +110,14 @@ def _state(op: Operation, interp) -> _LaunchState:
 @register
 class Launch(OpSpec):
     """A kernel: its body runs once per thread of ``grid`` blocks of ``block`` threads.
-    ``schedule`` names the map-to-gpu schedule that built it (for explore and inspect)."""
+    ``schedule`` names the map-to-gpu schedule that built it and ``tile`` (optional) its
+    parameters, e.g. ``"f16 128x128x64 warps 2x2 stages 3"`` (for explore and inspect)."""
 
     name = "gpu.launch"
     operands = ()
     results = ()
     attributes = {"grid": Attr("ints", required=True), "block": Attr("ints", required=True),
-                  "schedule": Attr("str", required=True)}
+                  "schedule": Attr("str", required=True), "tile": Attr("str")}
     regions = 1
 
     def infer_types(self, op):

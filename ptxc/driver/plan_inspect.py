@@ -37,7 +37,10 @@ def inspect_plan(path) -> str:
         names = [slots[i]["name"] if i < len(slots) else f"#{i}" for i in k.get("buffers", [])]
         if k.get("grid") is not None or k.get("block") is not None:
             shape = (f"grid {dims(k.get('grid'))}  block {dims(k.get('block'))}  shared "
-                     f"{k.get('shared_bytes', 0):,} B  schedule {k.get('schedule')}")
+                     f"{k.get('shared_bytes', 0):,} B"
+                     + (" (dynamic)" if k.get("dynamic_shared") else "")
+                     + f"  schedule {k.get('schedule')}"
+                     + (f" [{k['tile']}]" if k.get("tile") else ""))
         else:
             mode = "parallel" if k.get("parallel") else "sequential"
             shape = f"outer range {k.get('trip_count')} ({mode})"

@@ -133,6 +133,7 @@ class KernelInfo:
     shared_bytes: int = 0
     schedule: str | None = None
     dynamic_shared: int = 0
+    tile: str | None = None
 
 
 @attrs.frozen
@@ -648,7 +649,8 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
                           op.loc, grid=tuple(op.attributes["grid"]),
                           block=tuple(op.attributes["block"]), shared_bytes=k.shared_bytes,
                           schedule=op.attributes.get("schedule"),
-                          dynamic_shared=k.shared_bytes if dynamic else 0)
+                          dynamic_shared=k.shared_bytes if dynamic else 0,
+                          tile=op.attributes.get("tile"))
     k = _Kernel(m, f"kernel_{index}", roots, _top_scalars(op))
     if op.name == "loop.parallel":
         lo, hi = op.attributes["lower"], op.attributes["upper"]

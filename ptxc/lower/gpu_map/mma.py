@@ -99,6 +99,11 @@ class Config:
     def threads(self) -> int:
         return 32 * self.warps_m * self.warps_n
 
+    def describe(self, kind: str) -> str:
+        """For explore and inspect: ``f16 128x128x64 warps 2x2 stages 3 [split-K 4]``."""
+        return (f"{kind} {self.bm}x{self.bn}x{self.bk} warps {self.warps_m}x{self.warps_n} "
+                f"stages {self.stages}" + (f" split-K {self.splits}" if self.splits > 1 else ""))
+
 
 def _mn_dims(c: Contraction, x: Operand) -> list:
     return c.m_dims if x is c.a else c.n_dims
@@ -279,6 +284,7 @@ class _Builder:
                 self.flat[id(x)] = top.create("loop.view", [root], {
                     "offset": 0, "shape": (root.type.span,), "strides": (1,)}).result
         launch, b = launch_before(c.nest.op, grid, (cfg.threads, 1, 1), SCHEDULE)
+        launch.attributes["tile"] = cfg.describe(c.kind)
         self.s = {id(x): shared(b, self._tile_shape(x), self.el) for x in (c.a, c.b)}
         tid = thread_id(b, 0)
         self.tid = tid
