@@ -26,6 +26,7 @@ before on random inputs.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from .errors import CompileError
@@ -47,6 +48,9 @@ TARGET_STAGE_PIPELINES = {
 }
 
 TARGETS = ("cpu", "cuda")
+
+#: stage progress at INFO (the CLI's progress lines), details at DEBUG (``--verbose``)
+log = logging.getLogger("ptxc.compiler")
 PRECISIONS = ("fp32",)
 #: ``layout=``: ONNX's channels-first, channels-last inside (to-channels-last), or the policy
 #: :func:`resolve_layout` (docs/graph-opt.md, "Layout"). The default stays nchw until the mma
@@ -120,11 +124,12 @@ def check_stage(stage: str, target: str | None = None) -> None:
 
 def run_stages(module: Operation, until: str, *, graph_passes: str | None = None,
                timings: dict | None = None, target: str = "cpu", layout: str = DEFAULT_LAYOUT,
-               **pm_options) -> Operation:
+               on_stage=None, **pm_options) -> Operation:
     """Run the IR stages on ``module`` in place, up to and including ``until`` (graph, tensor or
     loop), with ``target``'s pipelines; ``layout`` (LAYOUTS) appends the channels-last passes
     to the graph stage (after ``graph_passes`` when given). ``pm_options`` go to every
-    PassManager (check_numerics, print_ir_after_all, ...)."""
+    PassManager (check_numerics, print_ir_after_all, ...); ``on_stage(stage, module)`` is called
+    after each stage."""
     from .rewrite.pass_manager import PassManager
     order = ["graph", "tensor", "loop"]
     if until not in order:
@@ -137,9 +142,13 @@ def run_stages(module: Operation, until: str, *, graph_passes: str | None = None
         if stage == "graph" and extra:
             pipeline = f"{pipeline},{extra}" if pipeline.strip() else extra
         t0 = time.perf_counter()
+        log.info("%s stage (%s) ...", stage, pipeline)
         PassManager(pipeline, **pm_options).run(module)
+        log.info("%s stage done in %.2f s", stage, time.perf_counter() - t0)
         if timings is not None:
             timings[stage] = time.perf_counter() - t0
+        if on_stage is not None:
+            on_stage(stage, module)
     return module
 
 
@@ -172,14 +181,24 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
         raise CompileError("threads= is for target 'cpu' (the CPU runtime's thread pool)")
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
+    log.info("importing %s", model if isinstance(model, (str, bytes)) and len(model) < 300
+             else type(model).__name__)
     module = as_module(model, input_shapes, constant_inputs)
     timings["import"] = time.perf_counter() - t0
+    from .rewrite.provenance import annotate_kernels, collect
+    prov: dict = {}  # loc -> the ONNX nodes an op there computes (fusions included)
     run_stages(module, "loop", graph_passes=graph_passes, timings=timings, target=target,
-               check_numerics=check_numerics, layout=layout)
+               check_numerics=check_numerics, layout=layout,
+               on_stage=lambda stage, m: stage != "loop" and collect(m, prov))
+    annotate_kernels(module, prov)
     from .driver.engine import Engine
+    log.info("%s ...", "PTX code generation" if target == "cuda" else "LLVM code generation and "
+             "JIT compilation")
     if target == "cuda":
         engine = Engine.for_cuda(module, timings=timings, arch=arch, cuda_graph=cuda_graph)
     else:
         engine = Engine.for_cpu(module, timings=timings, threads=threads)
     engine.precision = precision
+    log.info("compiled in %.2f s (%d kernels)", sum(engine.timings.values()),
+             len(engine.kernels.kernels) if engine.kernels is not None else 0)
     return engine

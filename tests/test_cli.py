@@ -126,7 +126,7 @@ def test_cuda_compile_inspect_explore_run_without_a_gpu(tmp_path, capsys, monkey
     assert " schedule " in out and "blobs ptx: 1" in out
     assert main(["run", str(plan)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("ptxc: error: cuda engine: no CUDA GPU") and "Traceback" not in err
+    assert err.startswith("ptxc: error: target cuda needs a GPU") and "Traceback" not in err
     assert main(["explore", "light:squeezenet", "--stage", "loop", "--target", "cuda",
                  "--no-report"]) == 0
     assert '"gpu.launch"' in capsys.readouterr().out
@@ -141,3 +141,62 @@ def test_cuda_compile_inspect_explore_run_without_a_gpu(tmp_path, capsys, monkey
     assert "<Engine cpu" in capsys.readouterr().out
     assert main(["compile", "light:squeezenet", "--arch", "sm_90"]) == 0
     assert "<Engine cuda" in capsys.readouterr().out
+
+
+def test_cli_version_verbose_and_passing_check_numerics(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"ptxc {ptxc.__version__}"
+    assert main(["-v", "explore", "light:squeezenet", "--check-numerics", "--no-report"]) == 0
+    cap = capsys.readouterr()
+    assert "// check-numerics: passed:" in cap.out
+    assert "ptxc: ptxc.compiler: graph stage" not in cap.err  # explore does not compile
+
+
+def test_cli_verbose_logs_compile_stages(tmp_path, capsys):
+    from tool_models import cbr_model, save
+    model = save(cbr_model(), tmp_path / "m.onnx")
+    assert main(["-v", "compile", model, "--target", "cpu"]) == 0
+    err = capsys.readouterr().err
+    assert "ptxc: ptxc.compiler: graph stage (graph-opt) ..." in err
+    assert "ptxc: ptxc.compiler: compiled in" in err
+    assert main(["-q", "compile", model, "--target", "cpu"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_cli_early_one_line_file_errors(tmp_path, capsys):
+    model = "light:squeezenet"
+    assert main(["compile", model, "-o", str(tmp_path / "nodir" / "x.plan")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nodir" in err and "does not exist" in err
+    assert main(["explore", model, "--dump-dir", "/proc/x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'/proc/x'" in err
+    assert main(["run", model, "--input", f"data_0={tmp_path / 'missing.npy'}"]) == 2
+    err = capsys.readouterr().err
+    assert "missing.npy" in err and "does not exist" in err
+    assert main(["run", str(tmp_path / "nope.onnx")]) == 2
+    assert "nope.onnx" in capsys.readouterr().err
+
+
+def test_cli_plan_refuses_compile_options(tmp_path, capsys):
+    from small_nets import conv_relu_pool
+    plan = tmp_path / "s.plan"
+    ptxc.compile(conv_relu_pool(), target="cpu").save(plan)
+    assert main(["run", str(plan), "--target", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "--target does not apply to a plan file" in err and "already compiled" in err
+    assert main(["bench", str(plan), "--input-shape", "x=1x3x10x10", "--iterations", "1"]) == 2
+    assert "--input-shape does not apply" in capsys.readouterr().err
+    assert main(["bench", str(plan), "--iterations", "2", "--warmup", "0"]) == 0
+    assert "2 timed runs" in capsys.readouterr().out
+
+
+def test_cli_ctrl_c_exits_130_with_one_line(capsys, monkeypatch):
+    import ptxc.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "_cmd_ops", interrupted)
+    assert main(["ops"]) == 130
+    assert capsys.readouterr().err == "ptxc: interrupted\n"

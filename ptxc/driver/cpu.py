@@ -31,6 +31,7 @@ import ctypes.util
 import functools
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
@@ -183,9 +184,11 @@ class CpuProgram:
                 raise BindingError(f"buffers {an!r} and {bn!r} overlap in memory")
         return out
 
-    def run(self, buffers: dict) -> None:
+    def run(self, buffers: dict, on_kernel=None) -> None:
         """Run every kernel in order on ``buffers`` (every argument of main, by name): inputs are
-        read, outputs written in place."""
+        read, outputs written in place. ``on_kernel(index, start, end)`` (``time.perf_counter``
+        seconds), when given, hears each kernel's span: the per-kernel profile of ``ptxc bench
+        --profile``."""
         args = self._bind(buffers)
         scratch_slots = [s for s in self.table.slots if s.kind == "alloc"]
         given = self.allocator.allocate(scratch_slots)
@@ -201,22 +204,31 @@ class CpuProgram:
                          else self._globals[s.name])
         ptrs = [r.ctypes.data for r in roots]
         keep = roots  # noqa: F841  (the arrays stay alive during the calls)
-        for k, fn in zip(self.table.kernels, self._fns):
-            kargs = [ptrs[i] for i in k.buffers]
-            n = k.trip_count
-            if n <= 0:
-                continue
-            chunks = min(n, self.threads)
-            if not k.parallel or chunks <= 1 or k.work < self.min_parallel_work:
-                fn(*kargs, 0, n)
-                continue
-            bounds = [n * c // chunks for c in range(chunks + 1)]
-            futures = [_pool().submit(fn, *kargs, lo, hi) for lo, hi in zip(bounds, bounds[1:])
-                       if hi > lo]
-            for f in futures:
-                f.result()
+        for i, (k, fn) in enumerate(zip(self.table.kernels, self._fns)):
+            if on_kernel is not None:
+                t0 = time.perf_counter()
+                self._run_kernel(k, fn, ptrs)
+                on_kernel(i, t0, time.perf_counter())
+            else:
+                self._run_kernel(k, fn, ptrs)
 
-    def __call__(self, inputs: dict) -> dict:
+    def _run_kernel(self, k, fn, ptrs) -> None:
+        """One kernel: a single call, or its outer range split across the pool."""
+        kargs = [ptrs[i] for i in k.buffers]
+        n = k.trip_count
+        if n <= 0:
+            return
+        chunks = min(n, self.threads)
+        if not k.parallel or chunks <= 1 or k.work < self.min_parallel_work:
+            fn(*kargs, 0, n)
+            return
+        bounds = [n * c // chunks for c in range(chunks + 1)]
+        futures = [_pool().submit(fn, *kargs, lo, hi) for lo, hi in zip(bounds, bounds[1:])
+                   if hi > lo]
+        for f in futures:
+            f.result()
+
+    def __call__(self, inputs: dict, on_kernel=None) -> dict:
         """Allocate the output arguments (``loop.outputs``; NaN-filled floats, as the interpreter's
         :func:`~ptxc.dialects.loop.run_main`), run, and return them by name."""
         if not isinstance(inputs, dict):
@@ -240,5 +252,5 @@ class CpuProgram:
                 buffers[n] = np.zeros(max(t.span, 1), x.dtype)
                 views[n] = restride(buffers[n], BufferType((buffers[n].size,), t.element), t)
                 views[n][...] = x
-        self.run(buffers)
+        self.run(buffers, on_kernel)
         return {n: np.array(views[n]) for n in self.table.outputs}

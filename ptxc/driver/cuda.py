@@ -433,6 +433,38 @@ class CudaProgram:
                               f"block {k.block}, schedule {k.schedule}) failed "
                               f"({_describe(e)})") from None
 
+    # ---- profiling (ptxc bench) -----------------------------------------------------------
+    def kernel_times(self, inputs: dict) -> list[tuple[float, float]]:
+        """(start, duration) in milliseconds of device time of each kernel, in table order, the
+        start counted from the first kernel's: one inference from host
+        arrays sets up and fills the input bindings, then the kernels are launched once more
+        one by one (no graph), each between two timing events on the stream."""
+        self(inputs)
+        with self._lock:
+            st = self._ready()
+            opts = st.cc.EventOptions(timing_enabled=True)
+            events = [st.stream.record(options=opts)]
+            for k, kern, cfg, args in zip(self.table.kernels, st.kernels, st.configs, st.args):
+                self._launch_one(st.cc, st.stream, k, kern, cfg, args, "profiling")
+                events.append(st.stream.record(options=opts))
+            self._sync(st)
+            return [(float(a - events[0]), float(b - a)) for a, b in zip(events, events[1:])]
+
+    def launch_times(self, runs: int) -> list[float]:
+        """Milliseconds of device time of ``runs`` inferences on the inputs already bound (by an
+        earlier run): each whole launch sequence (the graph, or the kernels) between two timing
+        events, so the host's share of a run's latency is what these do not cover."""
+        with self._lock:
+            st = self._ready()
+            opts = st.cc.EventOptions(timing_enabled=True)
+            pairs = []
+            for _ in range(runs):
+                e0 = st.stream.record(options=opts)
+                self._launch_all(st)
+                pairs.append((e0, st.stream.record(options=opts)))
+            self._sync(st)
+            return [float(b - a) for a, b in pairs]
+
     def _sync(self, st: _DeviceState) -> None:
         try:
             st.nstream.synchronize()

@@ -58,6 +58,7 @@ from ..dialects.loop import output_names
 from ..errors import CompileError
 from ..ir.core import BlockArgument, Operation, Value
 from ..ir.types import BufferType
+from ..rewrite.provenance import nodes_of
 from . import llvm_tensorcore
 from .llvm_scalar import I64, ScalarEmitter, align_of, memory_type, supported
 
@@ -120,7 +121,9 @@ class KernelInfo:
     each rounded up to 16 bytes) and the ``schedule`` that built it; CPU kernels leave them
     ``None``/0. ``dynamic_shared``: bytes of dynamic shared memory to launch with (0: the
     buffers are static ``__shared__`` arrays; a launch over :data:`STATIC_SHARED_LIMIT` places
-    them in the dynamic shared memory instead, which the runtime must allow per kernel)."""
+    them in the dynamic shared memory instead, which the runtime must allow per kernel).
+    ``nodes``: every ONNX node the kernel computes, its own loc first, then what the fusions
+    absorbed into it (:mod:`ptxc.rewrite.provenance`)."""
 
     name: str
     buffers: tuple
@@ -134,6 +137,7 @@ class KernelInfo:
     schedule: str | None = None
     dynamic_shared: int = 0
     tile: str | None = None
+    nodes: tuple = ()
 
 
 @attrs.frozen
@@ -157,7 +161,8 @@ class KernelTable:
         def tup(v):
             return None if v is None else tuple(v)
         kernels = tuple(KernelInfo(**{**k, "buffers": tuple(k["buffers"]),
-                                      "grid": tup(k.get("grid")), "block": tup(k.get("block"))})
+                                      "grid": tup(k.get("grid")), "block": tup(k.get("block")),
+                                      "nodes": tuple(k.get("nodes", ()))})
                         for k in d["kernels"])
         return cls(slots, kernels, tuple(d["inputs"]), tuple(d["outputs"]))
 
@@ -650,7 +655,7 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
                           block=tuple(op.attributes["block"]), shared_bytes=k.shared_bytes,
                           schedule=op.attributes.get("schedule"),
                           dynamic_shared=k.shared_bytes if dynamic else 0,
-                          tile=op.attributes.get("tile"))
+                          tile=op.attributes.get("tile"), nodes=nodes_of(op))
     k = _Kernel(m, f"kernel_{index}", roots, _top_scalars(op))
     if op.name == "loop.parallel":
         lo, hi = op.attributes["lower"], op.attributes["upper"]
@@ -669,7 +674,7 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
         parallel = True
     k.finish()
     return KernelInfo(k.fn.name, tuple(slot_of[r] for r in roots), trip, parallel,
-                      _op_work(op), op.loc)
+                      _op_work(op), op.loc, nodes=nodes_of(op))
 
 
 def _nvptx_metadata(m: ir.Module, kernels: list) -> None:

@@ -31,6 +31,7 @@ from ..ir.spec import make_op
 from ..ir.types import INDEX
 from ..rewrite.pass_ import Pass, register_pass
 from ..rewrite.passes.dce import erase_dead_ops
+from ..rewrite.provenance import FUSED, absorbed
 
 
 @register_pass
@@ -192,7 +193,7 @@ def fuse(p: Operation, c: Operation, k: int) -> Operation:
         b.insert(op.clone(cmap))
     return make_op("tensor.generic", [ins, list(c_outs)], {
         "bounds": c.attr("bounds"), "indexing_maps": tuple(maps) + tuple(c_maps[len(c_ins):]),
-        "iterator_types": c.attr("iterator_types")},
+        "iterator_types": c.attr("iterator_types"), FUSED: absorbed(c, p) or None},
         result_types=[r.type for r in c.results], regions=[Region([block])], loc=c.loc,
         result_names=[r.name_hint for r in c.results])
 

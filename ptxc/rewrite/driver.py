@@ -16,11 +16,20 @@ It fails loudly rather than looping or corrupting the IR:
   is a CompileError naming the pattern and the op;
 * with ``verify_each=True`` (debug mode) the IR is verified after every rewrite, and a broken
   invariant is a VerifyError naming the pattern that broke it.
+
+Inside ``with rewrite_budget(n) as b:`` every driver stops applying patterns after ``n``
+applications in all (dead-op erasure goes on), and logs each application in ``b.log`` (pattern,
+op, ONNX node, pass): ``ptxc bisect`` replays a pipeline with growing budgets to find the first
+application that changes the result.
 """
 
 from __future__ import annotations
 
+import contextvars
 from collections import Counter, defaultdict
+from contextlib import contextmanager
+
+import attrs
 
 from ..errors import CompileError, PtxcError, VerifyError
 from ..ir.core import Operation, Value
@@ -30,6 +39,46 @@ from . import explain as _explain
 from .explain import Explain, op_location
 from .pattern import RewritePattern, as_pattern, producer
 from .rewriter import PatternRewriter, RewriteListener
+
+
+@attrs.frozen
+class Application:
+    """One pattern application: the pattern, the op it was applied to, its ONNX node, the pass."""
+
+    pattern: str
+    op: str
+    loc: str | None
+    pass_name: str | None
+
+
+class RewriteBudget:
+    """How many pattern applications remain allowed (None: no limit), and the log of those made;
+    ``pass_name`` is set by whoever runs the passes (bisect)."""
+
+    def __init__(self, limit: int | None):
+        self.limit = limit
+        self.log: list[Application] = []
+        self.pass_name: str | None = None
+
+    @property
+    def spent(self) -> bool:
+        return self.limit is not None and len(self.log) >= self.limit
+
+
+_BUDGET: contextvars.ContextVar[RewriteBudget | None] = \
+    contextvars.ContextVar("ptxc_rewrite_budget", default=None)
+
+
+@contextmanager
+def rewrite_budget(limit: int | None):
+    """Within this block, at most ``limit`` pattern applications in all; yields the
+    :class:`RewriteBudget`, whose ``log`` lists them."""
+    budget = RewriteBudget(limit)
+    token = _BUDGET.set(budget)
+    try:
+        yield budget
+    finally:
+        _BUDGET.reset(token)
 
 
 def is_trivially_dead(op: Operation) -> bool:
@@ -107,8 +156,12 @@ class GreedyDriver(RewriteListener):
 
     # ---- applying -------------------------------------------------------------------------------
     def apply(self, pattern: RewritePattern, op: Operation) -> bool:
+        budget = _BUDGET.get()
+        if budget is not None and budget.spent:
+            return False
         rewriter = PatternRewriter(op, listener=self)
         where = op.where
+        op_name, loc = op.name, op.loc
         self.current = pattern
         try:
             ok = pattern.match_and_rewrite(op, rewriter)
@@ -132,6 +185,9 @@ class GreedyDriver(RewriteListener):
                                f"the IR through the rewriter")
         self.fires[pattern.name] += 1
         self.sites[pattern.name].append(op_location(op) or op.name)
+        if budget is not None:
+            budget.log.append(Application(pattern.name, op_name, loc,
+                                          budget.pass_name or self.pass_name))
         if self.explain is not None:
             self.explain.record(pattern.name, op, True, None, self.pass_name)
         if self.verify_each:

@@ -118,7 +118,7 @@ class FuseEpilogue(RewritePattern):
             base_operands = list(base.operands)
             bb = BodyBuilder(block)
             acc = block.args[0]
-            fused_locs = []
+            fused_locs = list(base.attributes.get(FUSED_ATTR, ()))  # e.g. a folded batch norm
         bb.known[res] = acc
         bb.finish(bb.apply(user))
         groups = lookup(base_name).groups(_Operands(base_name, base_operands, base.attributes))

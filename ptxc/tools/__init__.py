@@ -1,0 +1,1 @@
+"""The tools around the compiler: bench, profile, compare, bisect (the `ptxc` commands)."""

@@ -1,0 +1,121 @@
+"""``ptxc bisect``: find the first rewrite that changes a model's result.
+
+    result = bisect_model("model.onnx")          # graph-opt, then the later stages pass by pass
+    print(result.format())                       # the pattern, the op, its ONNX node
+
+The reference is the imported graph, interpreted (every op's numpy semantics) on seeded random
+inputs. The graph stage is replayed with a budget of pattern applications
+(:func:`ptxc.rewrite.driver.rewrite_budget`): with budget ``k`` the pipeline runs as usual but
+every pattern driver stops after ``k`` applications in all, so the module is the graph after
+exactly the first ``k`` rewrites. The full run gives the list of applications; when its result
+differs from the reference beyond ``atol``/``rtol``, a binary search over ``k`` (each probe: a
+fresh import, the budgeted pipeline, one interpretation) finds the smallest ``k`` whose result
+differs, and application ``k`` is the culprit: its pattern, pass, op and ONNX node. This assumes
+a result once wrong stays wrong (later rewrites do not cancel the error), as any bisection does;
+the two neighbouring budgets are checked (``k - 1`` matches, ``k`` does not).
+
+Passes that are not pattern rewrites (whole-module transforms) run fully at every budget; when
+the graph stage is right, the later stages (tensor, loop) are checked pass by pass with
+check-numerics, which names the first pass whose output differs.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..errors import NumericsError, PtxcError
+
+
+@attrs.frozen
+class BisectResult:
+    applications: int                 # pattern applications in the graph stage
+    probes: int                       # interpretations the search took
+    culprit: object = None            # the Application that first changes the result
+    index: int | None = None          # its 1-based position
+    mismatch: str | None = None       # what differs after it
+    later: str | None = None          # a later stage's pass that changes the result
+
+    @property
+    def found(self) -> bool:
+        return self.culprit is not None or self.later is not None
+
+    def format(self) -> str:
+        head = (f"bisect: {self.applications} pattern applications in the graph stage, "
+                f"{self.probes} interpretations")
+        if self.culprit is not None:
+            c = self.culprit
+            return (f"{head}\nfirst change beyond tolerance: application #{self.index} of "
+                    f"{self.applications}: pattern {c.pattern} (pass {c.pass_name}) on {c.op}"
+                    + (f" at ONNX node {c.loc!r}" if c.loc else "")
+                    + f"\n  {self.mismatch}\n")
+        if self.later is not None:
+            return f"{head}\nthe graph stage is right; {self.later}\n"
+        return f"{head}\nno rewrite changes the result beyond tolerance\n"
+
+
+def _graph_after(proto_bytes, passes, input_shapes, limit):
+    """(module, applications) after the graph pipeline with at most ``limit`` applications."""
+    from ..compiler import as_module
+    from ..rewrite.driver import rewrite_budget
+    from ..rewrite.pipeline import parse_pipeline
+    module = as_module(proto_bytes, input_shapes)
+    with rewrite_budget(limit) as budget:
+        for p in parse_pipeline(passes):
+            budget.pass_name = p.name
+            p.run(module)
+    return module, budget.log
+
+
+def bisect_model(model, *, passes: str | None = None, input_shapes: dict | None = None,
+                 atol: float = 1e-4, rtol: float = 1e-3, seed: int = 0,
+                 later_stages: bool = True, target: str = "cpu") -> BisectResult:
+    """See the module docstring. ``passes``: the graph pipeline (default ``graph-opt``)."""
+    from ..compiler import STAGE_PIPELINES, as_module, run_stages
+    from ..rewrite import numerics
+    passes = STAGE_PIPELINES["graph"] if passes is None else passes
+    if isinstance(model, (str, bytes)) and not isinstance(model, bytes):
+        with open(model, "rb") as f:  # read once: every probe imports the same bytes
+            data = f.read()
+    elif isinstance(model, bytes):
+        data = model
+    else:
+        data = model.SerializeToString()
+    base = as_module(data, input_shapes)
+    inputs = numerics.random_inputs(base, seed)
+    reference = numerics.run(base, inputs)
+    probes = 1
+
+    def mismatch(module):
+        nonlocal probes
+        probes += 1
+        try:
+            out = numerics.run(module, inputs)
+        except PtxcError as e:
+            return f"the module no longer runs: {e}"
+        return numerics.compare(reference, out, rtol, atol)
+
+    full, log = _graph_after(data, passes, input_shapes, None)
+    bad = mismatch(full)
+    if bad is None:
+        later = None
+        if later_stages:
+            try:
+                run_stages(full, "loop", graph_passes="", target=target, check_numerics=True,
+                           numerics_rtol=rtol, numerics_atol=atol)
+            except NumericsError as e:
+                later = str(e)
+        return BisectResult(len(log), probes, later=later)
+    lo, hi = 0, len(log)          # budget lo matches (0: nothing applied), budget hi does not
+    if mismatch(_graph_after(data, passes, input_shapes, 0)[0]) is not None:
+        raise PtxcError("bisect: the graph differs from the reference before any pattern "
+                        "applies (a pass that is not a pattern rewrite changes it); run "
+                        "`ptxc explore --check-numerics` to name the pass")
+    last_msg = bad
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        msg = mismatch(_graph_after(data, passes, input_shapes, mid)[0])
+        if msg is None:
+            lo = mid
+        else:
+            hi, last_msg = mid, msg
+    return BisectResult(len(log), probes, log[hi - 1], hi, last_msg)
