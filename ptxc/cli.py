@@ -216,7 +216,7 @@ def _cmd_explore(args) -> int:
                    timing=args.timing, check_numerics=args.check_numerics,
                    elide_constants=not args.show_constants, report=not args.no_report,
                    explain=args.explain, target=args.target, arch=args.arch,
-                   layout=args.layout)
+                   layout=args.layout, dump_constants=args.dump_constants)
     sys.stdout.write(text)
     return 0
 
@@ -355,7 +355,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--print-ir-after-all", action="store_true", help="the IR after every pass")
     e.add_argument("--print-ir-after-change", action="store_true",
                    help="the IR after every pass that changed it")
-    e.add_argument("--dump-dir", help="write one numbered, parseable IR file per pass here")
+    e.add_argument("--dump-dir", help="write one numbered IR file per pass here (constants "
+                   "over 1 KiB elided, unless --dump-constants)")
+    e.add_argument("--dump-constants", action="store_true",
+                   help="keep every constant in the --dump-dir files (they then parse back)")
     e.add_argument("--timing", action="store_true", help="report time per pass")
     e.add_argument("--check-numerics", action="store_true",
                    help="interpret before and after each pass on random inputs and compare")

@@ -155,7 +155,8 @@ def run_stages(module: Operation, until: str, *, graph_passes: str | None = None
 def compile(model, target: str = "auto", precision: str = "fp32", *,
             input_shapes: dict | None = None, constant_inputs: dict | None = None,
             graph_passes: str | None = None, check_numerics: bool = False, threads=None,
-            arch: str | None = None, cuda_graph: bool = True, layout: str = DEFAULT_LAYOUT):
+            arch: str | None = None, cuda_graph: bool = True, layout: str = DEFAULT_LAYOUT,
+            cache: bool | None = None):
     """Compile a model (path, ModelProto, Network or graph module) into an Engine.
 
     ``layout``: ``"nchw"`` (the default: ONNX's layout throughout), ``"nhwc"`` (convolutional
@@ -167,7 +168,9 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
     PTX for ``arch`` (default :func:`ptxc.ptx.default_arch`: ``PTXC_CUDA_ARCH``, the GPU here,
     else sm_90) and the CUDA runtime (:mod:`ptxc.driver.cuda`), which touches no GPU until the
     first run, so a cuda engine compiles and saves on a machine without one; ``cuda_graph``:
-    replay the launches of an inference from one CUDA graph (False: launch each kernel)."""
+    replay the launches of an inference from one CUDA graph (False: launch each kernel).
+    ``cache``: look the compile up in (and store it into) the compile cache,
+    :mod:`ptxc.driver.cache` (None: on unless ``PTXC_CACHE=0``; never with check_numerics)."""
     target = resolve_target(target)
     if layout not in LAYOUTS:
         raise CompileError(f"unknown layout {layout!r}; the layouts are {', '.join(LAYOUTS)}")
@@ -179,6 +182,22 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
                            "this host")
     if target == "cuda" and threads is not None:
         raise CompileError("threads= is for target 'cpu' (the CPU runtime's thread pool)")
+    key = None
+    if cache is not False and not check_numerics:
+        from .driver import cache as compile_cache
+        if compile_cache.cache_dir() is not None:
+            if target == "cuda" and arch is None:
+                from .ptx.target import default_arch
+                arch = default_arch()
+            key = compile_cache.cache_key(model, target, {
+                "precision": precision, "arch": arch, "input_shapes": input_shapes,
+                "constant_inputs": constant_inputs, "graph_passes": graph_passes,
+                "layout": layout})
+            engine = compile_cache.lookup(key, threads)
+            if engine is not None:
+                if target == "cuda":
+                    engine.cuda_graph = cuda_graph
+                return engine
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     log.info("importing %s", model if isinstance(model, (str, bytes)) and len(model) < 300
@@ -201,4 +220,6 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
     engine.precision = precision
     log.info("compiled in %.2f s (%d kernels)", sum(engine.timings.values()),
              len(engine.kernels.kernels) if engine.kernels is not None else 0)
+    if key is not None:
+        compile_cache.store(key, engine)
     return engine

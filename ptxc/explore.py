@@ -42,14 +42,14 @@ def _as_module(model, input_shapes, constant_inputs) -> Operation:
 
 def run_graph_stage(module: Operation, passes: str | None = None, *, stream=None,
                     print_ir_after_all=False, print_ir_after_change=False, dump_dir=None,
-                    timing=False, check_numerics=False, explain=None):
+                    timing=False, check_numerics=False, explain=None, dump_constants=False):
     """Run the graph-stage pipeline on ``module`` in place; returns the PassManager used."""
     from .rewrite.pass_manager import PassManager
     pipeline = DEFAULT_GRAPH_PIPELINE if passes is None else passes
     pm = PassManager(pipeline, print_ir_after_all=print_ir_after_all,
                      print_ir_after_change=print_ir_after_change, dump_dir=dump_dir,
                      timing=timing, check_numerics=check_numerics, stream=stream,
-                     explain=explain)
+                     explain=explain, dump_constants=dump_constants)
     pm.run(module)
     return pm
 
@@ -81,7 +81,8 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
             print_ir_after_all: bool = False, print_ir_after_change: bool = False,
             dump_dir: str | None = None, timing: bool = False, check_numerics: bool = False,
             elide_constants: bool = True, report: bool = False, explain: bool = False,
-            target: str | None = None, arch: str | None = None, layout: str = "nchw") -> str:
+            target: str | None = None, arch: str | None = None, layout: str = "nchw",
+            dump_constants: bool = False) -> str:
     """The IR of ``model`` (path, ModelProto, Network or module) at the end of ``stage``, for
     ``target`` (default cpu; cuda for stage ``ptx``); ``arch`` is the CUDA arch of stage ``ptx``.
 
@@ -123,7 +124,8 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
         managers.append(run_graph_stage(
             module, pipeline, stream=stream, print_ir_after_all=print_ir_after_all,
             print_ir_after_change=print_ir_after_change, dump_dir=stage_dump, timing=timing,
-            check_numerics=check_numerics, explain=collector if s_name == "graph" else None))
+            check_numerics=check_numerics, explain=collector if s_name == "graph" else None,
+            dump_constants=dump_constants))
         if s_name == "graph":
             after_graph = op_counts(module)
     out = stream.getvalue()

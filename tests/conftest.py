@@ -7,6 +7,10 @@ from hypothesis import settings
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+# the compile cache (ptxc.driver.cache) is off in the suite: tests that change the compiler
+# (monkeypatched passes) must compile; tests of the cache turn it on with their own folder
+os.environ.setdefault("PTXC_CACHE", "0")
+
 # CI runs the property tests derandomized (the same examples every run, so a red CI is
 # reproducible and never a coin toss); local runs explore new examples each time.
 settings.register_profile("ci", derandomize=True, print_blob=True)

@@ -29,7 +29,8 @@ def test_explore_explain_names_fusions_and_near_misses(capsys):
 
 def test_explore_print_after_all_and_dump_dir(tmp_path, capsys):
     d = tmp_path / "dumps"
-    assert main(["explore", "light:squeezenet", "--print-ir-after-all", "--dump-dir", str(d)]) == 0
+    assert main(["explore", "light:squeezenet", "--print-ir-after-all", "--dump-dir", str(d),
+                 "--dump-constants"]) == 0
     out = capsys.readouterr().out
     assert "IR Dump After" in out
     files = sorted(os.listdir(d))

@@ -5,7 +5,9 @@
     outputs = program({"x": x})                       # allocates the outputs (loop.outputs)
 
 Compilation: the emitted module is parsed, optimized with LLVM's new pass manager at O3 with loop
-and SLP vectorization for the host CPU (its name and features), and JIT-compiled by MCJIT. The
+and SLP vectorization for the host CPU (its name and features), compiled to a relocatable
+object file (``object_code``) and loaded into MCJIT; a plan stores that object and gives it back
+(``object_code=``), so loading runs neither the optimizer nor the code generator. The
 libm functions the kernels call (``tanh``, ``erf``, and the ``expf``/``powf``/... that LLVM's
 intrinsics become) and libgcc's half-precision conversions are registered with
 ``llvm.add_symbol`` from the loaded C libraries, so resolving them does not depend on how the
@@ -114,7 +116,8 @@ class CpuProgram:
 
     def __init__(self, program: LLVMProgram, opt_level: int = 3, threads: int | None = None,
                  min_parallel_work: int = 1 << 15,
-                 allocator: BufferAllocator | str | None = None):
+                 allocator: BufferAllocator | str | None = None,
+                 object_code: bytes | None = None):
         import llvmlite.binding as llvm
         _register_symbols()
         self.program = program
@@ -128,10 +131,22 @@ class CpuProgram:
             raise CompileError(f"cpu: unknown allocator {allocator!r} (known: 'arena')")
         self.allocator = allocator or PerRunAllocator()
         tm = new_host_target_machine()  # owned by the engine from here on
-        self._module = optimize(program.text, opt_level, tm)
-        self.optimized_text = str(self._module)
-        self._engine = llvm.create_mcjit_compiler(self._module, tm)
-        self._engine.finalize_object()
+        self._module = None
+        if object_code is None:
+            self._module = optimize(program.text, opt_level, tm)
+            object_code = tm.emit_object(self._module)
+        #: the host's machine code of every kernel (a relocatable object file): a plan stores it
+        #: and loads it on a host with the same CPU features without optimizing or codegen
+        self.object_code = bytes(object_code)
+        # an empty module for the engine, then the object: codegen runs once (emit_object)
+        empty = llvm.parse_assembly("")
+        empty.triple = program.triple or llvm.get_process_triple()
+        self._engine = llvm.create_mcjit_compiler(empty, tm)
+        try:
+            self._engine.add_object_file(llvm.ObjectFileRef.from_data(self.object_code))
+            self._engine.finalize_object()
+        except RuntimeError as e:
+            raise CompileError(f"cpu: the object code does not load: {e}") from None
         self._fns = []
         for k in self.table.kernels:
             addr = self._engine.get_function_address(k.name)
@@ -144,6 +159,11 @@ class CpuProgram:
         for s in self.table.slots:
             if s.kind == "global":
                 self._globals[s.name] = np.ascontiguousarray(program.globals[s.name])
+
+    @property
+    def optimized_text(self) -> str | None:
+        """The optimized LLVM IR (None when built from object code)."""
+        return None if self._module is None else str(self._module)
 
     @classmethod
     def from_module(cls, module: Operation, func: str = "main", **kwargs) -> "CpuProgram":

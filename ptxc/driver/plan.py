@@ -100,7 +100,7 @@ FORMAT_NAME = "ptxc-plan"
 ALIGN = 64
 CAUSES = ("magic", "truncated", "format", "checksum", "header", "blob", "version", "target",
           "code")
-BLOB_KINDS = ("llvm", "ptx", "weight")
+BLOB_KINDS = ("llvm", "ptx", "weight", "object")
 #: the dtypes a blob may have: numbers only (an object dtype would be a way to smuggle pointers)
 DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                     "uint64", "float16", "float32", "float64"})
@@ -320,7 +320,8 @@ def plan_to_bytes(engine) -> bytes:
     header = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **_versions(),
               "target": "cpu", "arch": None,
               "host": {"triple": prog.triple, "data_layout": prog.data_layout,
-                       "cpu_name": llvm.get_host_cpu_name()},
+                       "cpu_name": llvm.get_host_cpu_name(),
+                       "cpu_features": host_cpu_features()},
               "options": {"precision": getattr(engine, "precision", "fp32"),
                           "min_parallel_work": int(cpu.min_parallel_work),
                           "allocator": "arena" if plan is not None else "per-run"},
@@ -331,9 +332,40 @@ def plan_to_bytes(engine) -> bytes:
         header["memory_plan"] = plan.to_json()
     text = np.frombuffer(prog.text.encode("utf-8"), np.uint8)
     blobs = [("module", "llvm", text)]
+    if getattr(cpu, "object_code", None):
+        blobs.append(("module", "object", np.frombuffer(cpu.object_code, np.uint8)))
     blobs += [(s.name, "weight", prog.globals[s.name]) for s in engine.kernels.slots
               if s.kind == "global"]
     return encode_plan(header, blobs)
+
+
+def host_cpu_features() -> str:
+    """The host CPU's LLVM feature string, sorted (what an object file's code may use)."""
+    import llvmlite.binding as llvm
+    return ",".join(sorted(llvm.get_host_cpu_features().flatten().split(",")))
+
+
+def _object_code(header: dict, blobs: dict, source: str) -> bytes | None:
+    """A cpu plan's host object code, when it has one: refused (cause ``target``) unless this
+    host's CPU name and features are the ones it was built for, since the code may use any of
+    them (a plan without an object, from an older ptxc, is JIT-compiled from its IR)."""
+    import llvmlite.binding as llvm
+    obj = blobs.get(("object", "module"))
+    if obj is None:
+        return None
+    if obj.dtype != np.uint8 or obj.ndim != 1:
+        raise _refuse("blob", "the object code is not a uint8 blob", source)
+    host = header["host"]
+    want, have = host.get("cpu_features"), host_cpu_features()
+    if host.get("cpu_name") != llvm.get_host_cpu_name() or want != have:
+        w = set(want.split(",")) if isinstance(want, str) else set()
+        h = set(have.split(","))
+        diff = sorted(w - h)[:6] + sorted(h - w)[:6]
+        raise _refuse("target", f"its machine code is for CPU {host.get('cpu_name')!r}; this "
+                      f"host is {llvm.get_host_cpu_name()!r}"
+                      + (f" (features differ: {', '.join(diff)})" if diff else "")
+                      + "; recompile the model here", source)
+    return obj.tobytes()
 
 
 def save_plan(engine, path) -> None:
@@ -609,7 +641,9 @@ def engine_from_plan(data, *, threads: int | None = None, source: str = "<plan>"
         return _cuda_engine_from_plan(header, blobs, source, t0)
     table, globals_, inputs, outputs = _kernel_table(header, blobs, source)
     text = _text_blob(blobs, "llvm", "a cpu plan", "LLVM module", source)
-    _check_code(text, table, source)
+    obj = _object_code(header, blobs, source)
+    if obj is None:  # the IR is what runs: check it (an object is trusted as a shared library)
+        _check_code(text, table, source)
     options = header.get("options")
     work = options.get("min_parallel_work") if isinstance(options, dict) else None
     if not _is_int(work) or work < 0:
@@ -619,7 +653,8 @@ def engine_from_plan(data, *, threads: int | None = None, source: str = "<plan>"
     prog = LLVMProgram(text, table, globals_, host["triple"], host["data_layout"])
     t1 = time.perf_counter()
     try:
-        cpu = CpuProgram(prog, threads=threads, min_parallel_work=work, allocator=allocator)
+        cpu = CpuProgram(prog, threads=threads, min_parallel_work=work, allocator=allocator,
+                         object_code=obj)
     except CompileError as e:
         raise _refuse("code", f"the stored LLVM IR does not compile: {e}", source) from None
     t2 = time.perf_counter()

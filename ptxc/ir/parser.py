@@ -343,13 +343,18 @@ class Parser:
             if name is None:
                 raise self.error("expected a blob name")
             self.expect(":")
-            data = self.string()
-            if not data.startswith("0x"):
+            # hex holds no escapes: find the closing quote and decode the slice directly (a
+            # regex over a 200 MB string, then json.loads, ran at about 1 MB/s)
+            if not self.accept('"0x'):
                 raise self.error(f"blob {name} must be a 0x-prefixed hex string")
+            end = self.text.find('"', self.pos)
+            if end < 0:
+                raise self.error(f"blob {name}: unterminated string")
             try:
-                blobs[name] = bytes.fromhex(data[2:])
+                blobs[name] = bytes.fromhex(self.text[self.pos:end])
             except ValueError:
                 raise self.error(f"blob {name} is not valid hex") from None
+            self.pos = end + 1
             self.accept(",")
         self.expect("#-}")
         return blobs

@@ -12,7 +12,10 @@
 SSA names come from the values' name hints (ONNX tensor names, sanitized and made unique within
 each function), else numbers. Attributes print sorted by name. Printing is deterministic, so
 ``print -> parse -> print`` is the identity. ``elide_constants=True`` replaces blob contents by
-``__elided__`` for display (such text does not parse back).
+``__elided__`` for display (such text does not parse back); ``elide_larger_than=N`` elides only
+the constants of more than N bytes, as MLIR's ``--mlir-elide-elementsattrs-if-larger`` (the
+pass manager's dumps do so by default, so a ResNet-50 dump is kilobytes, not 100 MB a pass).
+Blobs are hex; the parser reads them at the speed of ``bytes.fromhex`` (hundreds of MB/s).
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ def _format_element(x, element: ScalarType) -> str:
 
 
 class Printer:
-    def __init__(self, elide_constants: bool = False):
+    def __init__(self, elide_constants: bool = False, elide_larger_than: int | None = None):
         self.elide = elide_constants
+        self.elide_larger_than = elide_larger_than
         self.names: dict[int, str] = {}
         self.used: set[str] = set()
         self.blobs: dict[str, DenseElements] = {}
@@ -124,7 +128,8 @@ class Printer:
             items = [_format_element(x, el) for x in seq]
             body = items[0] if d.type.rank == 0 else "[" + ", ".join(items) + "]"
             return f"dense<{body}> : {d.type}"
-        if self.elide:
+        if self.elide or (self.elide_larger_than is not None
+                          and d.array.nbytes > self.elide_larger_than):
             return f"dense_resource<__elided__> : {d.type}"
         return f"dense_resource<{self._blob_name(d, hint)}> : {d.type}"
 
@@ -183,9 +188,11 @@ class Printer:
         self.lines.append("#-}")
 
 
-def print_ir(op: Operation, elide_constants: bool = False) -> str:
-    """The textual form of ``op`` (usually a module), blobs included unless elided."""
-    p = Printer(elide_constants)
+def print_ir(op: Operation, elide_constants: bool = False,
+             elide_larger_than: int | None = None) -> str:
+    """The textual form of ``op`` (usually a module), blobs included unless elided (all of them,
+    or those of more than ``elide_larger_than`` bytes)."""
+    p = Printer(elide_constants, elide_larger_than)
     if op.name == "builtin.module":
         # names are unique per function, so a module prints each function with a fresh scope
         # but one blob table

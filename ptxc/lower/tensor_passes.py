@@ -230,6 +230,7 @@ class FuseTensorElementwise(Pass):
     """Fold each parallel ``tensor.generic`` whose result has one use, as an input of another
     generic, into that consumer (see ptxc/lower/tensor_passes.py): an elementwise chain, or a
     conv's epilogue and what follows it, becomes one generic; no intermediate tensor is left.
+    The fused generic lists the locs it absorbed in ``ptxc.fused`` (kernel provenance).
 
     Before:
         "builtin.module"() ({
@@ -262,7 +263,7 @@ class FuseTensorElementwise(Pass):
               %4 = "arith.constant"() {type = f32, value = 0.0} : () -> f32
               %5 = "arith.max"(%3, %4) : (f32, f32) -> f32
               "tensor.yield"(%5) : (f32) -> ()
-            }) {bounds = [4], indexing_maps = [[[1, 0]], [[1, 0]], [[1, 0]]], iterator_types = ["parallel"], operand_segments = [2, 1]} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32> loc("relu1")
+            }) {bounds = [4], indexing_maps = [[[1, 0]], [[1, 0]], [[1, 0]]], iterator_types = ["parallel"], operand_segments = [2, 1], ptxc.fused = ["add1"]} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32> loc("relu1")
             "func.return"(%y) : (tensor<4xf32>) -> ()
           }) {arg_names = ["x", "b"], function_type = (tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>), result_names = ["y"], sym_name = "main"} : () -> ()
         }) : () -> ()

@@ -9,9 +9,11 @@
   printed IR, constants elided, differs from before it, whatever the pass reported), write
   ``// -----// IR Dump After <pass> //----- //`` and the IR, constants elided, to ``stream``
   (default: ``sys.stderr`` at the time of writing).
-* ``dump_dir``: write ``00-input.mlir``, ``01-<pass>.mlir``, ... , the full text of the IR (it
-  parses back), each written as soon as its pass has run, so a failing pipeline leaves the IR
-  that failed.
+* ``dump_dir``: write ``00-input.mlir``, ``01-<pass>.mlir``, ... , the text of the IR, each
+  written as soon as its pass has run, so a failing pipeline leaves the IR that failed.
+  Constants of more than ``DUMP_ELIDE_BYTES`` are elided (MLIR's
+  ``--mlir-elide-elementsattrs-if-larger``: every dump of ResNet-50 would otherwise carry its
+  100 MB of weights); ``dump_constants=True`` keeps them all, and then each dump parses back.
 * ``timing``: print a wall-clock report per pass at the end; :meth:`PassManager.timing_report`
   returns it (timings are always collected).
 * ``check_numerics``: interpret ``main`` on seeded random inputs before the first pass and after
@@ -34,6 +36,9 @@ import time
 from collections import Counter
 
 from ..errors import CompileError, NumericsError, PtxcError, VerifyError
+
+#: dumps elide constants larger than this (bytes) unless dump_constants is set
+DUMP_ELIDE_BYTES = 1024
 from ..ir.core import Operation
 from ..ir.printer import print_ir
 from ..ir.verifier import verify
@@ -64,7 +69,7 @@ class PassManager:
                  print_ir_after_change: bool = False, dump_dir: str | os.PathLike | None = None,
                  timing: bool = False, check_numerics: bool = False,
                  numerics_rtol: float = 1e-4, numerics_atol: float = 1e-5, stream=None,
-                 seed: int = 0, explain: Explain | None = None):
+                 seed: int = 0, explain: Explain | None = None, dump_constants: bool = False):
         self.passes = _as_passes(passes)
         self.verify_each = verify_each
         self.print_ir_after_all = print_ir_after_all
@@ -77,6 +82,7 @@ class PassManager:
         self.stream = stream
         self.seed = seed
         self.explain = explain
+        self.dump_constants = dump_constants
         #: (pass text, seconds, changed) for each pass of the last run
         self.pass_times: list[tuple[str, float, bool]] = []
         #: seconds spent in verification, numerics checks, printing and dumps in the last run
@@ -194,7 +200,8 @@ class PassManager:
     def _dump(self, module: Operation, filename: str) -> None:
         t0 = time.perf_counter()
         try:
-            text = print_ir(module)
+            text = print_ir(module, elide_larger_than=None if self.dump_constants
+                            else DUMP_ELIDE_BYTES)
         except Exception as e:
             text = f"// (the IR could not be printed: {type(e).__name__}: {e})\n"
         with open(os.path.join(self.dump_dir, filename), "w") as f:
