@@ -142,14 +142,13 @@ def test_layout_matches_the_documented_format(weights_engine, good):
                                   "outputs": [{"name": "y", "shape": [3, 8],
                                                "dtype": "float32"}]}
     assert KernelTable.from_json(header["kernel_table"]) == engine.kernels
-    blobs = {b["name"]: b for b in header["blobs"]}
-    assert {(b["name"], b["kind"]) for b in header["blobs"]} == {("module", "llvm"),
-                                                                 ("w", "weight")}
+    blobs = {(b["name"], b["kind"]): b for b in header["blobs"]}
+    assert set(blobs) == {("module", "llvm"), ("module", "object"), ("w", "weight")}
     start = len(good) - 32 - len(section)
     assert start % 64 == 0 and len(section) == header["data_bytes"]
     for b in blobs.values():
         assert (start + b["offset"]) % 64 == 0
-    w, text = blobs["w"], blobs["module"]
+    w, text = blobs[("w", "weight")], blobs[("module", "llvm")]
     w_want = engine.program.program.globals["w"].astype("<f4").tobytes()
     assert section[w["offset"]:w["offset"] + w["nbytes"]] == w_want
     assert section[text["offset"]:text["offset"] + text["nbytes"]].decode() == engine.llvm_text
