@@ -90,3 +90,22 @@ def test_weight_round_trip_within_half_a_step(seed, shape, scale):
         assert q.min() >= -127 and q.max() <= 127
         other = tuple(i for i in range(w.ndim) if i != axis)
         assert np.all(np.abs(q).max(axis=other) == 127)   # each channel uses its full range
+
+
+def test_sibling_layers_reading_one_input_share_one_pair():
+    """ResNet's projection shortcut and its first branch conv read the same tensor: both go int8
+    on one Q/DQ pair."""
+    from onnx import TensorProto, helper, numpy_helper
+    w = {k: numpy_helper.from_array(RNG.standard_normal((4, 3, 1, 1)).astype(np.float32), k)
+         for k in ("wa", "wb")}
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "wa"], ["a"], name="conv_a"),
+         helper.make_node("Conv", ["x", "wb"], ["b"], name="conv_b"),
+         helper.make_node("Add", ["a", "b"], ["y"], name="add")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])], list(w.values()))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    report = []
+    q = quantize_int8(m, {"x": 3.0}, report=report)
+    assert [r[:2] for r in report] == [("conv_a", "int8"), ("conv_b", "int8")]
+    assert print_ir(q, elide_constants=True).count('"graph.quantize_linear"') == 1

@@ -63,19 +63,23 @@ def quantize_int8(model, table, exclude=(), report: list | None = None):
     module = as_module(model)
     body = func_body(get_func(module, "main"))
     exclude = set(exclude)
-    pairs: dict = {}
+    pairs: dict = {}    # activation -> its DQ
+    origin: dict = {}   # DQ -> activation
     for op in list(body.ops):
         if op.name not in LAYERS:
             continue
         label = op.loc or op.name
-        why = _skip_reason(op, amax, exclude)
+        x = op.operands[0]
+        src = origin.get(x, x)  # a sibling layer already paired x: its readers read the DQ
+        why = _skip_reason(op, src, amax, exclude)
         if why is not None:
             if report is not None:
                 report.append((label, "fp32", why))
             continue
-        x, w = op.operands[0], op.operands[1]
-        if x not in pairs:
-            pairs[x] = _insert_pair(body, x, float(amax[x.name_hint]) / QMAX)
+        w = op.operands[1]
+        if src not in pairs:
+            pairs[src] = _insert_pair(body, src, float(amax[src.name_hint]) / QMAX)
+            origin[pairs[src]] = src
         axis = _weight_axis(op)
         wq, ws = quantize_weights(w.op.attributes["value"].array, axis)
         b = Builder.before_op(op)
@@ -87,14 +91,14 @@ def quantize_int8(model, table, exclude=(), report: list | None = None):
                                    {"axis": axis}).result)
         if report is not None:
             report.append((label, "int8", "per-channel weights, per-tensor input "
-                                          f"(amax {float(amax[x.name_hint]):.6g})"))
+                                          f"(amax {float(amax[src.name_hint]):.6g})"))
     return module
 
 
-def _skip_reason(op, amax, exclude) -> str | None:
+def _skip_reason(op, x, amax, exclude) -> str | None:
     if op.loc in exclude:
         return "excluded (precision override)"
-    x, w = op.operands[0], op.operands[1]
+    w = op.operands[1]
     if x.type.element != F32 or w.type.element != F32:
         return f"not f32 ({x.type.element})"
     if not (isinstance(w, OpResult) and w.op.name == "graph.constant"):
