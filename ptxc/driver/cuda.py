@@ -534,38 +534,45 @@ class CudaProgram:
                 out[n] = np.array(restride(base, BufferType((base.size,), t.element), t))
         return out
 
-    def run_device(self, inputs: dict) -> dict:
-        """One inference from device arrays (anything with ``__cuda_array_interface__``,
-        C-contiguous, of each input's shape and dtype) to fresh numba device arrays: the data
-        moves device-to-device only. The outputs are complete when this returns."""
+    def run_device(self, inputs: dict, out: dict | None = None, stream=None) -> dict:
+        """One inference from device arrays to device arrays; the data moves device-to-device
+        only (one copy into the engine's input buffers, whose addresses the CUDA graph holds,
+        and one out of its output buffers).
+
+        ``inputs``: by name, anything with ``__cuda_array_interface__`` (torch, cupy, numba) or
+        ``__dlpack__`` (viewed through cuda.core's ``StridedMemoryView``, no copy), C-contiguous,
+        of each input's shape and dtype. ``out``: by name, device arrays (same protocols) that
+        receive the outputs (e.g. torch tensors: torch then owns the results, no allocation
+        here); the others go to fresh numba device arrays, which ``torch.as_tensor(a,
+        device="cuda")`` views without a copy. ``stream``: the caller's stream (a torch or
+        cuda.core stream, anything with ``__cuda_stream__``, a numba stream, or a ``CUstream``
+        address as an int): the inference is ordered after the work queued on it so far, the
+        work queued on it later waits for the inference, and this returns without waiting (as
+        a TensorRT ``enqueueV3``); without ``stream`` the outputs are complete on return."""
         self._check_names(inputs, "device array")
         for n in self.table.inputs + self.table.outputs:
             t = self._arg_slots[n].type
             if not t.is_default_layout:
                 raise BindingError(f"run_device: binding {n!r} has layout {t}, which a "
                                    "device-to-device copy cannot scatter; use run()")
+        out = dict(out or {})
+        unknown = sorted(set(out) - set(self.table.outputs))
+        if unknown:
+            raise BindingError(f"run_device: out= names {unknown} are not outputs; the outputs "
+                               f"are {list(self.table.outputs)}")
         with self._lock:
             st = self._ready()
             cuda = st.cuda
             from numba.cuda.cudadrv import driver as drv
-            views = {}
-            for n in self.table.inputs:
-                s, x = self._arg_slots[n], inputs[n]
-                if not hasattr(x, "__cuda_array_interface__"):
-                    raise BindingError(f"run_device: input {n!r} is a {type(x).__name__}, not a "
-                                       "device array (__cuda_array_interface__); run() takes "
-                                       "host arrays")
+            views = {n: self._device_view(st, n, inputs[n], "input") for n in self.table.inputs}
+            targets = {n: self._device_view(st, n, a, "out") for n, a in out.items()}
+            caller = self._caller_stream(st, stream) if stream is not None else None
+            if caller is not None:
                 try:
-                    v = cuda.as_cuda_array(x)  # synchronizes the stream it names, if any
+                    st.stream.wait(caller)  # after what the caller queued so far
                 except Exception as e:  # noqa: BLE001
-                    raise BindingError(f"run_device: input {n!r}: its CUDA array interface is "
-                                       f"not usable ({_describe(e)})") from None
-                if tuple(v.shape) != tuple(s.shape) or v.dtype != np.dtype(s.dtype):
-                    raise BindingError(f"run_device: input {n!r} is {v.dtype}{list(v.shape)}, "
-                                       f"expected {s.type}")
-                if v.size and not v.is_c_contiguous():
-                    raise BindingError(f"run_device: input {n!r} is not C-contiguous")
-                views[n] = v
+                    raise DeviceError(f"run_device: cannot order after the caller's stream "
+                                      f"({_describe(e)})") from None
             outs = {}
             try:
                 for n, v in views.items():
@@ -579,7 +586,8 @@ class CudaProgram:
             for n in self.table.outputs:
                 s = self._arg_slots[n]
                 try:
-                    outs[n] = cuda.device_array(s.shape, np.dtype(s.dtype))
+                    outs[n] = targets[n] if n in targets else cuda.device_array(
+                        s.shape, np.dtype(s.dtype))
                 except Exception as e:  # noqa: BLE001
                     if _is_oom(e):
                         raise OutOfMemoryError(f"run_device: out of device memory for output "
@@ -593,5 +601,68 @@ class CudaProgram:
                 except Exception as e:  # noqa: BLE001
                     raise DeviceError(f"cuda engine: the inference or the copy of output {n!r} "
                                       f"failed ({_describe(e)})") from None
-            self._sync(st)
-            return outs
+            if caller is not None:
+                try:
+                    caller.wait(st.stream)  # the caller's later work waits for the inference
+                except Exception as e:  # noqa: BLE001
+                    raise DeviceError(f"run_device: cannot order the caller's stream after the "
+                                      f"inference ({_describe(e)})") from None
+            else:
+                self._sync(st)
+            return {n: out[n] if n in out else outs[n] for n in self.table.outputs}
+
+    def _device_view(self, st: _DeviceState, n: str, x, what: str):
+        """A numba device array over ``x``'s memory (no copy), checked against binding ``n``."""
+        cuda = st.cuda
+        s = self._arg_slots[n]
+        try:
+            if hasattr(x, "__cuda_array_interface__"):
+                v = cuda.as_cuda_array(x)  # synchronizes the stream it names, if any
+            elif hasattr(x, "__dlpack__"):
+                from cuda.core.utils import StridedMemoryView
+                m = StridedMemoryView(x, stream_ptr=-1)
+                if not m.is_device_accessible:
+                    raise BindingError(f"run_device: {what} {n!r} is host memory (DLPack); "
+                                       "run() takes host arrays")
+                desc = {"shape": tuple(m.shape), "strides": m.strides and tuple(
+                    k * np.dtype(m.dtype).itemsize for k in m.strides),
+                        "typestr": np.dtype(m.dtype).str, "data": (int(m.ptr), False),
+                        "version": 3}
+                v = cuda.from_cuda_array_interface(desc, owner=x, sync=False)
+            else:
+                raise BindingError(f"run_device: {what} {n!r} is a {type(x).__name__}, not a "
+                                   "device array (__cuda_array_interface__ or __dlpack__); "
+                                   "run() takes host arrays")
+        except PtxcError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise BindingError(f"run_device: {what} {n!r}: its device array interface is not "
+                               f"usable ({_describe(e)})") from None
+        if tuple(v.shape) != tuple(s.shape) or v.dtype != np.dtype(s.dtype):
+            raise BindingError(f"run_device: {what} {n!r} is {v.dtype}{list(v.shape)}, "
+                               f"expected {s.type}")
+        if v.size and not v.is_c_contiguous():
+            raise BindingError(f"run_device: {what} {n!r} is not C-contiguous")
+        return v
+
+    @staticmethod
+    def _caller_stream(st: _DeviceState, stream):
+        """A cuda.core Stream over the caller's ``stream`` (see :meth:`run_device`)."""
+        cc = st.cc
+        try:
+            if isinstance(stream, cc.Stream):
+                return stream
+            if hasattr(stream, "__cuda_stream__"):
+                return cc.Device().create_stream(stream)
+            handle = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream
+            if handle is None and hasattr(stream, "handle"):  # numba Stream
+                h = stream.handle
+                handle = getattr(h, "value", h)
+            if handle is None and isinstance(stream, int):
+                handle = stream
+            if handle is None:
+                raise TypeError(f"{type(stream).__name__} is no CUDA stream")
+            return cc.Stream.from_handle(int(handle or 0))
+        except Exception as e:  # noqa: BLE001
+            raise BindingError(f"run_device: stream= {stream!r} is not usable as a CUDA stream "
+                               f"({_describe(e)})") from None

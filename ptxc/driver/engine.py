@@ -119,17 +119,20 @@ class Engine:
                               f"{self.target}")
         self.program.cuda_graph = bool(value)
 
-    def run_device(self, inputs: dict) -> dict:
-        """Run one inference on device arrays (anything with ``__cuda_array_interface__``):
-        inputs by name, fresh numba device arrays out; no host copies (cuda engines only)."""
+    def run_device(self, inputs: dict, out: dict | None = None, stream=None) -> dict:
+        """Run one inference on device arrays (``__cuda_array_interface__`` or ``__dlpack__``:
+        torch, cupy, numba): inputs by name; outputs into ``out`` (by name, e.g. torch tensors)
+        or fresh numba device arrays; on the caller's ``stream`` when given (ordered on it,
+        returns without waiting). No host copies (cuda engines only; see
+        :meth:`ptxc.driver.cuda.CudaProgram.run_device`)."""
         if self.target != "cuda":
             raise DeviceError(f"run_device runs cuda engines; this one is {self.target} (use "
                               "run)")
         if not isinstance(inputs, dict):
             raise BindingError(f"Engine.run_device takes a dict name -> device array, got "
                                f"{type(inputs).__name__}")
-        out = self.program.run_device(inputs)
-        return {n: out[n] for n in self.outputs}
+        got = self.program.run_device(inputs, out=out, stream=stream)
+        return {n: got[n] for n in self.outputs}
 
     def memory_report(self) -> dict:
         """The arena's peak bytes beside the live-bytes lower bound and the sum without reuse
