@@ -91,6 +91,40 @@ _binary("min", np.minimum, "min(lhs, rhs); NaN propagates", True)
 _binary("pow", np.power, "lhs ** rhs")
 _binary("and", np.logical_and, "logical and of i1 values", True)
 _binary("or", np.logical_or, "logical or of i1 values", True)
+_binary("xor", np.logical_xor, "logical exclusive or of i1 values", True)
+
+
+def shift(a, b, left: bool):
+    """``a << b`` or ``a >> b`` on integers, as ONNX BitShift: left shifts wrap, right shifts of
+    signed integers are arithmetic; an amount outside ``[0, bitwidth)`` gives 0 (right shifts
+    of a negative signed value: -1). LLVM's shl/ashr/lshr would be poison there."""
+    a, b = np.asarray(a), np.asarray(b)
+    a, b = np.broadcast_arrays(a, b)
+    bits = a.dtype.itemsize * 8
+    bad = (b < 0) | (b >= bits)
+    s = np.where(bad, 0, b)
+    if left:
+        u = np.dtype(f"u{a.dtype.itemsize}")
+        y = np.left_shift(a.view(u), s.astype(u)).view(a.dtype)
+        return np.where(bad, np.zeros((), a.dtype), y)
+    y = np.right_shift(a, s.astype(a.dtype))
+    fill = np.where(a < 0, -1, 0).astype(a.dtype) if a.dtype.kind == "i" else np.zeros((), a.dtype)
+    return np.where(bad, fill, y)
+
+
+def _rem(a, b):
+    """Truncated remainder (C ``%`` and ``fmod``: the sign of the dividend). Integers: a zero
+    divisor gives 0 (as numpy's fmod) and ``INT_MIN % -1`` is 0."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind in "iu":
+        return np.fmod(a, np.where(b == 0, 1, b)) * (b != 0)
+    return np.fmod(a, b)
+
+
+_binary("shl", lambda a, b: shift(a, b, True), "lhs << rhs (integers, wrapping; see shift)")
+_binary("shr", lambda a, b: shift(a, b, False),
+        "lhs >> rhs (arithmetic for signed integers, logical for unsigned; see shift)")
+_binary("rem", _rem, "truncated remainder: C % for integers (x % 0 is 0), fmod for floats")
 
 
 @register

@@ -23,6 +23,15 @@ exact (add, sub, mul, div, sqrt, comparisons, casts). Choices that keep to the r
   ``llvm.exp``/``llvm.log`` to approximate ``ex2``/``lg2`` instructions or leaves them as calls
   nothing resolves; libdevice's functions are the accurate ones (tanh/erf within 2 ulp in f32).
   ``sqrt`` stays ``llvm.sqrt`` (NVPTX: ``sqrt.rn``, correctly rounded).
+* the trigonometric family (``math.sin`` ... ``math.atanh``) calls libm's double functions on
+  the CPU (rounded to the operand's type, within an ulp of numpy's f32 loops) and libdevice's
+  on the GPU, as tanh does.
+* ``arith.rem`` is ``frem`` for floats on the CPU (C's fmod, exact) and libdevice's ``fmod`` on
+  the GPU (NVPTX expands ``frem`` as ``x - trunc(x / y) * y``, which is not exact); integer
+  ``rem`` by 0 gives 0 and ``INT_MIN rem -1`` gives 0 (``srem`` would be undefined there).
+* ``arith.shl``/``arith.shr`` (``shr`` arithmetic for signed types) give 0 (a signed right
+  shift: the sign fill) for an amount outside [0, bitwidth), as ONNX's reference (LLVM's
+  shifts would be poison).
 * i1 lives in memory as one byte (numpy's bool); ``and``/``or``/``not`` on non-i1 values are
   logical (0 or 1), as the reference's ``logical_and``.
 """
@@ -48,6 +57,9 @@ _FSUFFIX = {"f16": "f16", "f32": "f32", "f64": "f64"}
 #: ``sqrt.rn``, correctly rounded as numpy's)
 _LIBDEVICE = {"exp": "exp", "log": "log", "tanh": "tanh", "erf": "erf", "abs": "fabs",
               "floor": "floor", "ceil": "ceil"}
+#: the trigonometric family: libm's double function (CPU), libdevice's (GPU), same names
+_TRIG = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
+_LIBDEVICE.update({n: n for n in _TRIG})
 
 
 def llvm_type(t: ScalarType) -> ir.Type:
@@ -192,7 +204,7 @@ class ScalarEmitter:
             return self.intrinsic(name, t, [x])
         if name == "abs":
             return self.intrinsic("fabs", t, [x])
-        if name in ("tanh", "erf"):
+        if name in ("tanh", "erf") + _TRIG:
             return self._libm(name, x, t)
         raise CompileError(f"{op.where}: no LLVM lowering for math.{name}")
 
@@ -211,9 +223,10 @@ class ScalarEmitter:
             raise CompileError(f"{op.where}: no LLVM lowering for {t}")
         if name == "cmp":
             return self._cmp(op.attributes["predicate"], args, t)
-        if name in ("and", "or"):
+        if name in ("and", "or", "xor"):
             x, y = (self.truthy(a, t) for a in args)
-            return self.from_bool(b.and_(x, y) if name == "and" else b.or_(x, y), t)
+            fn = {"and": b.and_, "or": b.or_, "xor": b.xor}[name]
+            return self.from_bool(fn(x, y), t)
         if name == "not":
             return self.from_bool(b.not_(self.truthy(args[0], t)), t)
         if t == I1:
@@ -227,6 +240,10 @@ class ScalarEmitter:
                 return simple[name](x, y)
             if name in ("max", "min"):
                 return self._float_max_min(name, x, y, t)
+            if name == "rem":
+                if self.math_library == "libdevice":
+                    return self.libdevice("fmod", [x, y], t)
+                return b.frem(x, y)
             if name == "pow":
                 if self.math_library == "libdevice":
                     return self.libdevice("pow", [x, y], t)
@@ -242,6 +259,10 @@ class ScalarEmitter:
                 return b.select(cmp(">" if name == "max" else "<", x, y), x, y)
             if name == "pow":
                 return self._int_pow(x, y, t)
+            if name == "rem":
+                return self._int_rem(x, y, t)
+            if name in ("shl", "shr"):
+                return self._shift(name, x, y, t)
         raise CompileError(f"{op.where}: no LLVM lowering for arith.{name}")
 
     def round_tf32(self, x: ir.Value) -> ir.Value:
@@ -286,6 +307,31 @@ class ScalarEmitter:
         minus_one = b.icmp_signed("==", y, ir.Constant(ty, -1))
         q = b.sdiv(x, b.select(b.or_(zero, minus_one), one, y))
         return b.select(minus_one, b.sub(ir.Constant(ty, 0), x), q)
+
+    def _shift(self, name, x, y, t: ScalarType):
+        """The reference's shift: an amount outside [0, bits) (unsigned compare) gives 0, or the
+        sign fill for a signed right shift, where LLVM's would be poison."""
+        b = self.b
+        bad = b.icmp_unsigned(">=", y, ir.Constant(y.type, t.bitwidth))
+        safe = b.select(bad, ir.Constant(y.type, 0), y)
+        if name == "shl":
+            return b.select(bad, ir.Constant(x.type, 0), b.shl(x, safe))
+        if not t.is_signed:
+            return b.select(bad, ir.Constant(x.type, 0), b.lshr(x, safe))
+        return b.select(bad, b.ashr(x, ir.Constant(x.type, t.bitwidth - 1)), b.ashr(x, safe))
+
+    def _int_rem(self, x, y, t: ScalarType):
+        """C's ``%`` with the reference's answers where ``srem``/``urem`` are undefined: a zero
+        divisor gives 0, and so does ``INT_MIN % -1``."""
+        b = self.b
+        ty = x.type
+        zero = ir.Constant(ty, 0)
+        bad = b.icmp_unsigned("==", y, zero)
+        if t.is_signed:
+            bad = b.or_(bad, b.icmp_signed("==", y, ir.Constant(ty, -1)))
+        safe = b.select(bad, ir.Constant(ty, 1), y)
+        r = b.srem(x, safe) if t.is_signed else b.urem(x, safe)
+        return b.select(bad, zero, r)
 
     def _int_pow(self, x, y, t: ScalarType):
         b = self.b

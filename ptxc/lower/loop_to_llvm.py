@@ -63,8 +63,9 @@ from . import llvm_tensorcore
 from .llvm_scalar import I64, ScalarEmitter, align_of, memory_type, supported
 
 _ARITH = {"constant", "add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "neg",
-          "not", "cmp", "select", "cast", "round_tf32"}
-_MATH = {"exp", "log", "tanh", "erf", "sqrt", "abs", "floor", "ceil"}
+          "not", "cmp", "select", "cast", "round_tf32", "xor", "shl", "shr", "rem"}
+_MATH = {"exp", "log", "tanh", "erf", "sqrt", "abs", "floor", "ceil", "sin", "cos", "tan",
+         "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"}
 _KERNELS = {"loop.parallel", "loop.for", "loop.copy"}
 _TOP = _KERNELS | {"loop.alloc", "loop.global", "loop.view", "func.return"}
 _INNER = {"loop.parallel", "loop.for", "loop.copy", "loop.view", "loop.load", "loop.store",

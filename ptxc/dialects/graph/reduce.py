@@ -1,4 +1,4 @@
-"""Reductions: ``graph.reduce_{mean,sum,max,min}`` and ``graph.arg_max``.
+"""Reductions: ``graph.reduce_{mean,sum,max,min,prod}``, ``graph.arg_max`` and ``graph.arg_min``.
 
 A reduction always carries its ``axes`` explicitly: non-negative, sorted, unique. ONNX's "no axes
 means all axes" is resolved by the importer into the full list, and ``noop_with_empty_axes``
@@ -138,6 +138,16 @@ class ReduceMin(Reduce):
 
 
 @register
+class ReduceProd(Reduce):
+    """Product over ``axes`` (f16 multiplies in f32); the empty set gives 1."""
+
+    name = "graph.reduce_prod"
+
+    def fn(self, x, axes, keepdims):
+        return np.prod(x, axis=axes, keepdims=keepdims, dtype=_acc(x))
+
+
+@register
 class ArgMax(OpSpec):
     """Index (i64) of the maximum along ``axis``; the first one, or the last one with
     ``select_last_index = 1``. ``axis`` is non-negative; ``keepdims`` keeps it with size 1."""
@@ -155,7 +165,7 @@ class ArgMax(OpSpec):
         if not 0 <= axis < max(t.rank, 1) or t.rank == 0:
             fail(op, f"axis {axis} out of range for rank {t.rank} (must be non-negative)")
         if t.shape[axis] == 0:
-            fail(op, f"cannot take arg_max over an empty axis {axis} of {t}")
+            fail(op, f"cannot take {self.name[6:]} over an empty axis {axis} of {t}")
         if op.attr("keepdims"):
             shape = t.shape[:axis] + (1,) + t.shape[axis + 1:]
         else:
@@ -169,12 +179,21 @@ class ArgMax(OpSpec):
     def reference(self, op, args, interp):
         x = args[0]
         axis = op.attr("axis")
+        fn = np.argmin if self.name == "graph.arg_min" else np.argmax
         if op.attr("select_last_index"):
             flipped = np.flip(x, axis=axis)
-            idx = x.shape[axis] - 1 - np.argmax(flipped, axis=axis)
+            idx = x.shape[axis] - 1 - fn(flipped, axis=axis)
         else:
-            idx = np.argmax(x, axis=axis)
+            idx = fn(x, axis=axis)
         idx = np.asarray(idx, dtype=np.int64)
         if op.attr("keepdims"):
             idx = np.expand_dims(idx, axis)
         return [idx]
+
+
+@register
+class ArgMin(ArgMax):
+    """Index (i64) of the minimum along ``axis`` (first, or last with ``select_last_index``;
+    a NaN counts as the minimum, as numpy's argmin)."""
+
+    name = "graph.arg_min"

@@ -108,3 +108,9 @@ def dropout(ctx: ConvertContext):
                             "not supported for inference")
     attrs = {"ratio": float(ratio)} if ratio is not None else None
     return ctx.emit("graph.dropout", [ctx.input(0)], attrs)
+
+
+@converter("CastLike")
+def cast_like(ctx: ConvertContext):
+    """Cast to the element type of the second input (its values are not read)."""
+    return ctx.emit("graph.cast", [ctx.input(0)], {"to": ctx.type(1).element})

@@ -1,5 +1,5 @@
 """Imports every converter module so that they register."""
 
 from . import elementwise, activation, nn, linalg, shape, reduce  # noqa: F401
-from . import norm, resize  # noqa: F401
 from . import quant  # noqa: F401
+from . import norm, resize, logic, positional, gather_scatter, composite, attention  # noqa: F401

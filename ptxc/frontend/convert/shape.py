@@ -300,3 +300,32 @@ def constant(ctx: ConvertContext):
         return [ctx.constant(array)]
     except TypeError:
         raise ctx.error(f"constant of dtype {array.dtype} is not supported") from None
+
+
+@converter("Size")
+def size(ctx: ConvertContext):
+    """The element count of a static shape: an i64 scalar constant."""
+    return [ctx.constant(np.array(ctx.type(0).size, np.int64))]
+
+
+@converter("Range")
+def range_(ctx: ConvertContext):
+    """``start + i * delta`` for ``i < max(ceil((limit - start) / delta), 0)``: the element count
+    decides the shape, so the three scalars must be known at compile time (the result is a
+    constant)."""
+    vals = [ctx.const(i, f"input #{i} ({('start', 'limit', 'delta')[i]})") for i in range(3)]
+    if any(v is None for v in vals):
+        raise ctx.error("needs the three inputs start, limit and delta")
+    start, limit, delta = (np.asarray(v) for v in vals)
+    if any(v.size != 1 for v in (start, limit, delta)):
+        raise ctx.error("start, limit and delta must be scalars")
+    dtype = start.dtype
+    if delta.reshape(-1)[0] == 0:
+        raise ctx.error("delta is 0")
+    s, lim, d = (v.reshape(-1)[0].item() for v in (start, limit, delta))
+    n = max(int(np.ceil((lim - s) / d)), 0)
+    if n > (1 << 31):
+        raise ctx.error(f"Range of {n} elements is too large")
+    out = (np.asarray(s, dtype) + np.arange(n, dtype=np.float64 if dtype.kind == "f" else dtype)
+           .astype(dtype) * np.asarray(d, dtype)).astype(dtype)
+    return [ctx.constant(out)]

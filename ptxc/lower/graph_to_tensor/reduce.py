@@ -6,10 +6,12 @@
 * mean -> the sum, then a divide generic by the element count (floats: ``sum / n`` in the
   accumulation type, which is numpy's mean; integers: summed in f64, divided and truncated
   toward zero, as the reference).
-* arg_max -> one reduction generic with two outs, the running maximum and its index: a later
+* reduce_prod -> as sum, kind ``prod`` into a fill of 1.
+* arg_max / arg_min -> one reduction generic with two outs, the running maximum and its index: a later
   element replaces the maximum when it is greater (``select_last_index``: greater or equal), or
   is a NaN where the running value is not (so the first NaN wins, the last with
-  ``select_last_index``; numpy's argmax treats NaN as the maximum).
+  ``select_last_index``; numpy's argmax treats NaN as the maximum, argmin as the minimum; arg_min compares with
+  less / less-or-equal from the highest value).
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ def _finish(op, b, y):
     return reshape(b, y, op.results[0].type.shape)
 
 
-@lowers("graph.reduce_sum")
+@lowers("graph.reduce_sum", "graph.reduce_prod")
 def _reduce_sum(op, b):
     x = op.operands[0]
     el = x.type.element
-    y = reduce(b, x, op.attr("axes"), "sum", 0, acc_type(el))
+    kind, init = ("sum", 0) if op.name == "graph.reduce_sum" else ("prod", 1)
+    y = reduce(b, x, op.attr("axes"), kind, init, acc_type(el))
     if acc_type(el) != el:
         y = map_elements(b, y, el, lambda bb, s: cast(bb, s, el))
     return [_finish(op, b, y)]
@@ -62,7 +65,7 @@ def _reduce_mean(op, b):
     return [_finish(op, b, y)]
 
 
-@lowers("graph.arg_max")
+@lowers("graph.arg_max", "graph.arg_min")
 def _arg_max(op, b):
     x = op.operands[0]
     el = x.type.element
@@ -71,11 +74,13 @@ def _arg_max(op, b):
     kshape = keepdims_shape(x.type.shape, {axis})
     kt = x.type.with_shape(kshape)
     last = bool(op.attr("select_last_index"))
+    is_min = op.name == "graph.arg_min"
 
     def body(bb, args):
         v, best, best_i = args
         i = cast(bb, bb.create("tensor.index", [], {"dim": axis}).result, I64)
-        take = op_(bb, "arith.cmp", v, best, predicate="ge" if last else "gt")
+        pred = ("le" if last else "lt") if is_min else ("ge" if last else "gt")
+        take = op_(bb, "arith.cmp", v, best, predicate=pred)
         if el.is_float:
             v_nan = op_(bb, "arith.cmp", v, v, predicate="ne")
             if last:
@@ -87,7 +92,8 @@ def _arg_max(op, b):
         return [op_(bb, "arith.select", take, v, best), op_(bb, "arith.select", take, i, best_i)]
 
     out_map = tuple(unit_row(r, None if d == axis else d) for d in range(r))
-    g = build_generic([x], [fill(b, kt, lowest(el)), fill(b, kt.with_element(I64), 0)],
+    start = highest(el) if is_min else lowest(el)
+    g = build_generic([x], [fill(b, kt, start), fill(b, kt.with_element(I64), 0)],
                       x.type.shape, [identity_map(r), out_map, out_map],
                       ["reduction" if d == axis else "parallel" for d in range(r)], body, b=b)
     return [_finish(op, b, g.results[1])]

@@ -1,0 +1,62 @@
+"""Shared checks for the ops of issue 11 (tests/test_ops_*.py): a small ONNX model runs on the
+interpreter and on the compiled cpu target and matches onnxruntime (an independent reference);
+compiled for cuda (no GPU needed), its PTX assembles with ptxas where ptxas is installed."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+import ptxc
+from ptxc.ptx import assemble, ptxas_path
+from one_node import NP_TO_ONNX
+
+
+def graph_model(nodes, inputs, outputs, opset=21, inits=()):
+    """``inputs``: name -> array; ``outputs``: names; shapes inferred."""
+    vis = [helper.make_tensor_value_info(n, NP_TO_ONNX[x.dtype], x.shape)
+           for n, x in inputs.items()]
+    outs = [helper.make_tensor_value_info(o, 0, None) for o in outputs]
+    g = helper.make_graph(nodes, "g", vis, outs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10 if opset >= 21 else 8
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def onnxruntime_run(model, feeds):
+    if model.opset_import[0].version > 23:  # newer than this onnxruntime: onnx's reference
+        from onnx.reference import ReferenceEvaluator
+        ref = ReferenceEvaluator(model)
+        return dict(zip(ref.output_names, ref.run(None, feeds)))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def close(got, want, rtol=1e-5, atol=1e-6, what=""):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape and got.dtype == want.dtype, \
+        (what, got.shape, got.dtype, want.shape, want.dtype)
+    if got.dtype.kind in "iub":
+        np.testing.assert_array_equal(got, want, err_msg=what)
+    else:
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True, err_msg=what)
+
+
+def check_model(model, feeds, rtol=1e-5, atol=1e-6, cuda=True):
+    """Interpreter and cpu against onnxruntime; cuda compiled and assembled."""
+    want = onnxruntime_run(model, feeds)
+    module = ptxc.import_onnx(model)
+    got_i = ptxc.interpret(module, feeds)
+    got_c = ptxc.compile(model, target="cpu").run(feeds)
+    for name, w in want.items():
+        close(got_i[name], w, rtol, atol, f"interpreter {name}")
+        close(got_c[name], w, rtol, atol, f"cpu {name}")
+    if cuda:
+        engine = ptxc.compile(model, target="cuda", arch="sm_90")
+        if ptxas_path() is not None:
+            assemble(engine.ptx, "sm_90")
+    return want
+
+
+needs_ptxas = pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not installed")
