@@ -13,12 +13,17 @@ from ptxc.ptx import assemble, ptxas_path
 from one_node import NP_TO_ONNX
 
 
-def graph_model(nodes, inputs, outputs, opset=21, inits=()):
-    """``inputs``: name -> array; ``outputs``: names; shapes inferred."""
+def graph_model(nodes, inputs, outputs, opset=21, inits=(), out_types=None):
+    """``inputs``: name -> array; ``outputs``: names; shapes inferred (``out_types``: name ->
+    (onnx elem type, shape) of outputs or intermediates where onnx's shape inference cannot
+    say, e.g. after GroupNormalization-21)."""
     vis = [helper.make_tensor_value_info(n, NP_TO_ONNX[x.dtype], x.shape)
            for n, x in inputs.items()]
-    outs = [helper.make_tensor_value_info(o, 0, None) for o in outputs]
-    g = helper.make_graph(nodes, "g", vis, outs, list(inits))
+    out_types = out_types or {}
+    outs = [helper.make_tensor_value_info(o, *out_types.get(o, (0, None))) for o in outputs]
+    g = helper.make_graph(nodes, "g", vis, outs, list(inits),
+                          value_info=[helper.make_tensor_value_info(n, *t)
+                                      for n, t in out_types.items() if n not in outputs])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 10 if opset >= 21 else 8
     return onnx.shape_inference.infer_shapes(m)

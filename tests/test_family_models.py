@@ -98,12 +98,13 @@ def test_unet_resblock_groupnorm_timestep():
              w("cb2", C), w("tw", C, T), w("tb", C),
              numpy_helper.from_array(freqs.reshape(1, half), "freqs"), c("axes23", [2, 3])]
     feeds = {"x": x, "t": t}
-    check_model(graph_model(nodes, feeds, ["y"], opset=21, inits=inits), feeds, rtol=1e-4,
-                atol=1e-4)
+    m = graph_model(nodes, feeds, ["y"], opset=21, inits=inits,
+                    out_types={v: (TensorProto.FLOAT, [1, C, H, W]) for v in ("y", "gn1", "gn2")})
+    check_model(m, feeds, rtol=1e-4, atol=1e-4)
 
 
 def test_detector_head_topk():
-    C, A, K = 4, 3, 5
+    C, A, K = 4, 1, 5  # one anchor per location: scores and boxes share the index
     x = RNG.standard_normal((1, C, 4, 4)).astype(np.float32)
     nodes = [
         n("Conv", ["x", "cls_w", "cls_b"], ["logits"]),

@@ -55,8 +55,8 @@ def test_reductions_and_argmin_hardmax():
     nodes = [helper.make_node(op, ["x", "axes"], [op.lower()], keepdims=kd)
              for op, kd in [("ReduceProd", 1), ("ReduceL1", 0), ("ReduceL2", 1),
                             ("ReduceSumSquare", 0), ("ReduceLogSumExp", 0)]]
-    nodes += [helper.make_node("ReduceLogSum", ["ax_abs", "axes"], ["reducelogsum"]),
-              helper.make_node("Abs", ["x"], ["ax_abs"]),
+    nodes += [helper.make_node("Abs", ["x"], ["ax_abs"]),
+              helper.make_node("ReduceLogSum", ["ax_abs", "axes"], ["reducelogsum"]),
               helper.make_node("ArgMin", ["x"], ["amin"], axis=2),
               helper.make_node("ArgMin", ["x"], ["amin_last"], axis=-1, keepdims=0,
                                select_last_index=1),
@@ -76,7 +76,7 @@ def test_gathers():
     data = rand(4, 5, 6)
     ge_idx = RNG.integers(-5, 5, size=(4, 3, 6)).astype(np.int64)
     nd_idx = np.array([[1, -2], [3, 0], [0, 4]], np.int64)
-    nd_b = RNG.integers(0, 5, size=(4, 2, 1)).astype(np.int32)
+    nd_b = RNG.integers(0, 5, size=(4, 2, 1)).astype(np.int64)
     nodes = [helper.make_node("GatherElements", ["data", "gi"], ["ge"], axis=1),
              helper.make_node("GatherND", ["data", "ni"], ["gn"]),
              helper.make_node("GatherND", ["data", "nb"], ["gnb"], batch_dims=1)]
