@@ -100,3 +100,15 @@ def test_scatters(reduction):
     feeds = {"data": data, "ni": nd_idx, "nu": nd_upd, "ei": el_idx, "eu": el_upd}
     check_model(graph_model(nodes, feeds, ["snd", "sel"], opset=18), feeds,
                 cuda=reduction in ("none", "add"))
+
+
+def test_einsum():
+    a, b = rand(2, 3, 4), rand(2, 4, 5)
+    d = rand(4, 4)
+    nodes = [helper.make_node("Einsum", ["a", "b"], ["bmm"], equation="bij,bjk->bik"),
+             helper.make_node("Einsum", ["d"], ["tr"], equation="ii"),
+             helper.make_node("Einsum", ["a"], ["el"], equation="...j->..."),
+             helper.make_node("Einsum", ["a", "d"], ["im"], equation="bij,jk")]
+    feeds = {"a": a, "b": b, "d": d}
+    check_model(graph_model(nodes, feeds, ["bmm", "tr", "el", "im"]), feeds, rtol=1e-5,
+                atol=1e-5)

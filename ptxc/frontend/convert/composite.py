@@ -146,3 +146,32 @@ def rotary_embedding(ctx: ConvertContext):
     if t.rank == 4:
         return [ctx.emit1("graph.transpose", [rot], {"perm": [0, 2, 1, 3]})]
     return [ctx.emit1("graph.reshape", [rot], {"shape": list(t.shape)})]
+
+
+@converter("Einsum")
+def einsum(ctx: ConvertContext):
+    """Einsum 12: the implicit form gets its output (the letters used once, sorted, after the
+    ellipsis dims); ``...`` becomes upper-case letters for the broadcast dims."""
+    xs = ctx.inputs()
+    eq = str(ctx.attr("equation", "")).replace(" ", "")
+    lhs, arrow, out = eq.partition("->")
+    subs = lhs.split(",")
+    if len(subs) != len(xs) or any(x is None for x in xs):
+        raise ctx.error(f"equation {eq!r} names {len(subs)} operands, the node has {len(xs)}")
+    ell = max((x.type.rank - (len(s) - 3) for s, x in zip(subs, xs) if "..." in s), default=0)
+    fill = "".join(chr(ord("A") + i) for i in range(ell))
+    new = []
+    for s, x in zip(subs, xs):
+        if "..." in s:
+            k = x.type.rank - (len(s) - 3)
+            s = s.replace("...", fill[ell - k:])
+        if len(s) != x.type.rank:
+            raise ctx.error(f"subscript {s!r} does not fit input {x.type}")
+        new.append(s)
+    if not arrow:
+        letters = "".join(new)
+        out = fill + "".join(sorted(ch for ch in set(letters) if ch.islower()
+                                    and letters.count(ch) == 1))
+    else:
+        out = out.replace("...", fill)
+    return ctx.emit("graph.einsum", xs, {"equation": ",".join(new) + "->" + out})
