@@ -257,9 +257,14 @@ def _compile(args, needs_device: bool = False, cuda_graph_opt: bool = False):
     cuda = {} if target != "cuda" else {"arch": args.arch}
     path = resolve_model(args.model)
     check_model_file(path)
+    calib = {}
+    if getattr(args, "calib", None) or getattr(args, "calib_cache", None):
+        if precision != "int8":
+            raise PtxcError("--calib and --calib-cache are for --int8")
+        calib = {"calibration": args.calib, "calibration_cache": args.calib_cache}
     return compile_model(path, target=target, precision=precision,
                          input_shapes=parse_shapes(args.input_shape),
-                         layout=getattr(args, "layout", "nchw"), **cuda)
+                         layout=getattr(args, "layout", "nchw"), **cuda, **calib)
 
 
 def _cmd_compile(args) -> int:
@@ -382,6 +387,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="cuda: launch kernel by kernel instead of replaying one CUDA graph")
         c.add_argument("--fp16", action="store_true", help="compile with precision fp16")
         c.add_argument("--int8", action="store_true", help="compile with precision int8")
+        c.add_argument("--calib", metavar="DIR",
+                       help="int8: calibration data (.npy/.npz files or one sub-folder per "
+                       "batch; docs/quantization.md)")
+        c.add_argument("--calib-cache", metavar="FILE",
+                       help="int8: calibration cache (read when it matches, else written)")
         if name == "compile":
             c.add_argument("-o", "--output", help="write the engine to this plan file")
             c.set_defaults(fn=_cmd_compile)

@@ -51,7 +51,7 @@ TARGETS = ("cpu", "cuda")
 
 #: stage progress at INFO (the CLI's progress lines), details at DEBUG (``--verbose``)
 log = logging.getLogger("ptxc.compiler")
-PRECISIONS = ("fp32",)
+PRECISIONS = ("fp32", "int8")
 #: ``layout=``: ONNX's channels-first, channels-last inside (to-channels-last), or the policy
 #: :func:`resolve_layout` (docs/graph-opt.md, "Layout"). The default stays nchw until the mma
 #: schedule consumes channels-last convolutions.
@@ -156,7 +156,8 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
             input_shapes: dict | None = None, constant_inputs: dict | None = None,
             graph_passes: str | None = None, check_numerics: bool = False, threads=None,
             arch: str | None = None, cuda_graph: bool = True, layout: str = DEFAULT_LAYOUT,
-            cache: bool | None = None):
+            cache: bool | None = None, calibration=None, calibration_cache: str | None = None,
+            precision_overrides: dict | None = None):
     """Compile a model (path, ModelProto, Network or graph module) into an Engine.
 
     ``layout``: ``"nchw"`` (the default: ONNX's layout throughout), ``"nhwc"`` (convolutional
@@ -170,13 +171,29 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
     first run, so a cuda engine compiles and saves on a machine without one; ``cuda_graph``:
     replay the launches of an inference from one CUDA graph (False: launch each kernel).
     ``cache``: look the compile up in (and store it into) the compile cache,
-    :mod:`ptxc.driver.cache` (None: on unless ``PTXC_CACHE=0``; never with check_numerics)."""
+    :mod:`ptxc.driver.cache` (None: on unless ``PTXC_CACHE=0``; never with check_numerics).
+
+    ``precision="int8"`` (docs/quantization.md; cpu and interpreter numerics, integer loops on
+    cuda): ``calibration`` is a :class:`ptxc.calib.CalibrationTable`, or calibration data (a
+    folder, an iterable of input dicts) calibrated with the entropy calibrator;
+    ``calibration_cache`` a calibration cache file (read when it matches: no data runs; written
+    after calibrating). Layers named in ``precision_overrides`` (ONNX node name -> "fp32") stay
+    fp32. ``engine.layer_precisions`` lists (layer, precision, why). The compile cache is not
+    used for int8."""
     target = resolve_target(target)
     if layout not in LAYOUTS:
         raise CompileError(f"unknown layout {layout!r}; the layouts are {', '.join(LAYOUTS)}")
     if precision not in PRECISIONS:
         raise CompileError(f"precision {precision!r} is not supported yet; supported: "
                            f"{', '.join(PRECISIONS)}")
+    layer_precisions = None
+    if precision == "int8":
+        model, layer_precisions = _quantize_int8(model, calibration, calibration_cache,
+                                                 precision_overrides, input_shapes,
+                                                 constant_inputs)
+        cache = False
+    elif calibration is not None or calibration_cache is not None:
+        raise CompileError("calibration is for precision='int8'")
     if target == "cpu" and arch is not None:
         raise CompileError(f"arch={arch!r} is for target 'cuda'; the cpu target compiles for "
                            "this host")
@@ -218,8 +235,31 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
     else:
         engine = Engine.for_cpu(module, timings=timings, threads=threads)
     engine.precision = precision
+    engine.layer_precisions = layer_precisions
     log.info("compiled in %.2f s (%d kernels)", sum(engine.timings.values()),
              len(engine.kernels.kernels) if engine.kernels is not None else 0)
     if key is not None:
         compile_cache.store(key, engine)
     return engine
+
+
+def _quantize_int8(model, calibration, calibration_cache, overrides, input_shapes,
+                   constant_inputs):
+    """(graph module with int8 Q/DQ pairs, per-layer report) for precision int8."""
+    from .calib import CalibrationTable, calibrate, quantize_int8
+    overrides = dict(overrides or {})
+    bad = {k: v for k, v in overrides.items() if v not in PRECISIONS}
+    if bad:
+        raise CompileError(f"precision_overrides {bad}: precisions are {', '.join(PRECISIONS)}")
+    module = as_module(model, input_shapes, constant_inputs)
+    if isinstance(calibration, CalibrationTable):
+        table = calibration
+    elif calibration is None and calibration_cache is None:
+        raise CompileError("precision='int8' needs calibration= (a CalibrationTable, a folder "
+                           "or an iterable of input dicts) or calibration_cache=")
+    else:
+        table = calibrate(module, calibration, "entropy", cache=calibration_cache)
+    report: list = []
+    q = quantize_int8(module, table, exclude={k for k, v in overrides.items() if v != "int8"},
+                      report=report)
+    return q, report

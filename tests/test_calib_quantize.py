@@ -109,3 +109,55 @@ def test_sibling_layers_reading_one_input_share_one_pair():
     q = quantize_int8(m, {"x": 3.0}, report=report)
     assert [r[:2] for r in report] == [("conv_a", "int8"), ("conv_b", "int8")]
     assert print_ir(q, elide_constants=True).count('"graph.quantize_linear"') == 1
+
+
+@pytest.mark.slow
+def test_compile_precision_int8_with_calibration_data_table_and_cache(tmp_path):
+    import onnx
+    data = _data(4)
+    cache = str(tmp_path / "c.json")
+    e = ptxc.compile(small_cnn(), target="cpu", precision="int8", calibration=data,
+                     calibration_cache=cache, precision_overrides={"fc": "fp32"})
+    assert e.precision == "int8"
+    assert [r[:2] for r in e.layer_precisions] == [("conv1", "int8"), ("conv2", "int8"),
+                                                    ("conv3", "int8"), ("fc", "fp32")]
+    table = calibrate(small_cnn(), None, "entropy", cache=cache, progress=False)
+    assert table.from_cache
+    path = str(tmp_path / "m.onnx")
+    onnx.save(small_cnn(), path)
+    e2 = ptxc.compile(path, target="cpu", precision="int8", calibration=table,
+                      precision_overrides={"fc": "fp32"})
+    d = _data(1)[0]
+    assert np.array_equal(e.run(d)["logits"], e2.run(d)["logits"])
+    # the cache alone (no data) gives the same engine numerics
+    e3 = ptxc.compile(small_cnn(), target="cpu", precision="int8", calibration_cache=cache,
+                      precision_overrides={"fc": "fp32"})
+    assert np.array_equal(e.run(d)["logits"], e3.run(d)["logits"])
+
+
+def test_compile_int8_errors():
+    from ptxc.errors import CompileError
+    with pytest.raises(CompileError, match="needs calibration"):
+        ptxc.compile(small_cnn(), target="cpu", precision="int8")
+    with pytest.raises(CompileError, match="is for precision='int8'"):
+        ptxc.compile(small_cnn(), target="cpu", calibration=_data(1))
+    with pytest.raises(CompileError, match="precision_overrides"):
+        ptxc.compile(small_cnn(), target="cpu", precision="int8", calibration=_data(1),
+                     precision_overrides={"fc": "fp64"})
+
+
+@pytest.mark.slow
+def test_cli_int8_with_calib_folder(tmp_path, capsys):
+    import onnx
+    from ptxc.cli import main
+    path = str(tmp_path / "m.onnx")
+    onnx.save(small_cnn(), path)
+    d = tmp_path / "calib"
+    d.mkdir()
+    for i, b in enumerate(_data(2)):
+        np.save(d / f"{i}.npy", b["x"])
+    assert main(["run", path, "--target", "cpu", "--int8", "--calib", str(d),
+                 "--calib-cache", str(tmp_path / "c.json")]) == 0
+    assert (tmp_path / "c.json").exists()
+    assert main(["compile", path, "--target", "cpu", "--calib", str(d)]) != 0
+    assert "--calib and --calib-cache are for --int8" in capsys.readouterr().err

@@ -46,6 +46,7 @@ class Engine:
         self.kernels = kernels
         self.memory_plan = None   # a MemoryPlan when the runtime uses the planned arena
         self.precision = "fp32"
+        self.layer_precisions = None  # int8: (layer, precision, why) per conv/gemm/matmul
 
     @classmethod
     def for_cpu(cls, loop_module: Operation, timings: dict | None = None, threads=None):
