@@ -132,7 +132,8 @@ def cmd_compare(args) -> int:
     report = compare_model(path, target=_target(args), precision=requested_precision(args),
                            atol=args.atol, rtol=args.rtol, input_shapes=parse_shapes(
                                args.input_shape), layerwise=args.layerwise, engine=engine,
-                           make_feeds=lambda e: make_feeds(e, args.input, args.seed))
+                           make_feeds=lambda e: make_feeds(e, args.input, args.seed),
+                           layout=args.layout)
     sys.stdout.write(report.format())
     if args.json:
         _write_json(args.json, report.to_json())
