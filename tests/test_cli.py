@@ -201,3 +201,27 @@ def test_cli_ctrl_c_exits_130_with_one_line(capsys, monkeypatch):
     monkeypatch.setattr(cli, "_cmd_ops", interrupted)
     assert main(["ops"]) == 130
     assert capsys.readouterr().err == "ptxc: interrupted\n"
+
+
+def test_progress_lines_only_on_a_terminal():
+    import io
+    import logging
+    from small_nets import conv_relu_pool
+    from ptxc.cli import setup_logging
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    tty, pipe = Tty(), io.StringIO()
+    assert setup_logging(False, False, pipe) is None          # not a terminal: nothing
+    assert setup_logging(False, True, tty) is None            # --quiet: nothing
+    h = setup_logging(False, False, tty)
+    try:
+        ptxc.compile(conv_relu_pool(), target="cpu")
+    finally:
+        logging.getLogger("ptxc").removeHandler(h)
+        logging.getLogger("ptxc").setLevel(h.previous_level)
+    lines = tty.getvalue().splitlines()
+    assert "ptxc: graph stage (graph-opt) ..." in lines
+    assert any(line.startswith("ptxc: loop stage done in") for line in lines)
+    assert lines[-1].startswith("ptxc: compiled in")
