@@ -49,8 +49,10 @@ def test_interpreter_same_before_and_after_layout(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["squeezenet", "resnet50"])
+@pytest.mark.parametrize("name", ["squeezenet", "resnet50", "inception_v1", "shufflenet"])
 def test_cpu_engine_with_layout_matches_onnxruntime(name):
+    """Residual epilogues (resnet), concats written in place along the channels-last axis
+    (squeezenet, inception's merged and scattered 1x1 siblings), channel shuffles (shufflenet)."""
     model = lm.with_random_weights(lm.load(name), seed=1)
     inputs = lm.random_inputs(model, seed=2)
     ref = lm.onnxruntime_outputs(model, inputs)
