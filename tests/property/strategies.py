@@ -3,8 +3,20 @@
 ``graphs()`` draws a :class:`ptxc.Network` built layer by layer from random choices, so every
 graph is valid by construction (shapes are inferred as it grows). It is biased toward the shapes
 the graph optimizer fuses: conv -> batch norm -> activation chains, sibling 1x1 convs reading one
-input, concats of convs, residual adds, gemm + bias + activation. Later issues reuse it for every
-pass and lowering:
+input, concats of convs, residual adds, gemm + bias + activation. It also draws, on purpose, the
+cases random normal data and independent layers never produce:
+
+* *order-sensitive pairs*: two ops of one input that differ only in the order of a list attribute
+  (convolutions with mirrored asymmetric pads, Pads on opposite sides, Slices with swapped starts,
+  Transposes with different perms of one result shape), subtracted (``sub`` is order-sensitive
+  too), so a pass that compares such attributes as sets (CSE's key) changes the result;
+* *extreme data*: a max or min reduction, max pool (padded) or global max pool over an
+  all-negative (or, for min, all-positive) tensor made inside the graph (``-(|x| + c)``), added
+  back to the layer's input, so a reduction that starts at 0.0 instead of -inf changes the
+  result whatever data check-numerics feeds in; and ``case.inputs`` are sometimes all negative
+  or all positive.
+
+Later issues reuse it for every pass and lowering:
 
     @given(graphs())
     def test_pass(case):
@@ -67,6 +79,53 @@ class _Builder:
         return self.net.add_conv(x, _w(self.rng, out_c, c // groups, k, k), bias, stride=stride,
                                  padding=k // 2, groups=groups)
 
+    # ---- cases drawn on purpose (see the module docstring) --------------------------------------
+    def pair(self, x):
+        """``a - b``: two ops of ``x`` alike but for the order of a list attribute."""
+        n, r = self.net, len(x.shape)
+        kinds = ["pads"] + (["conv_pads"] if r == 4 else [])
+        spatial = list(x.shape[2:]) if r == 4 else list(x.shape)
+        if r == 4 and spatial[0] == spatial[1] and spatial[0] >= 2:
+            kinds += ["slices", "transposes"]
+        kind = self.draw(st.sampled_from(kinds))
+        self.recipe.append(f"pair:{kind}")
+        if kind == "conv_pads":  # a 2x2 kernel, one pad per axis: the map keeps its size
+            w = _w(self.rng, x.shape[1], x.shape[1], 2, 2)
+            a = n.add_conv(x, w, padding=(1, 0, 0, 1))
+            b = n.add_conv(x, w, padding=(0, 1, 1, 0))
+        elif kind == "slices":   # [0:h-1, 1:w] and [1:h, 0:w-1]
+            h = spatial[0]
+            a = n.add_slice(x, [0, 1], [h - 1, h], axes=[2, 3])
+            b = n.add_slice(x, [1, 0], [h, h - 1], axes=[2, 3])
+        elif kind == "transposes":  # spatial dims swapped, and not
+            a = n.add_transpose(x, [0, 1, 3, 2])
+            b = n.add_transpose(x, [0, 1, 2, 3])
+        else:                    # one more row/column, before or after
+            lo, hi = [0] * r, [0] * r
+            lo[-1], hi[-2] = 1, 1
+            a = n.add_layer("Pad", [x, np.array(lo + hi, np.int64)], mode="constant")[0]
+            b = n.add_layer("Pad", [x, np.array(hi + lo, np.int64)], mode="constant")[0]
+        return n.add_elementwise(a, b, "sub")
+
+    def extreme(self, x):
+        """``x + reduce(-(|x| + c))``: a max-like reduction of all-negative data (or a min of
+        all-positive data), broadcast back onto ``x``."""
+        n, r = self.net, len(x.shape)
+        kinds = ["max", "min"] + (["max_pool", "global_max_pool"] if r == 4 else [])
+        kind = self.draw(st.sampled_from(kinds))
+        self.recipe.append(f"extreme:{kind}")
+        mag = n.add_elementwise(n.add_unary(x, "abs"), np.float32(0.25), "add")
+        if kind == "min":
+            return n.add_elementwise(x, n.add_reduce(mag, "min", axes=[r - 1]), "add")
+        neg = n.add_unary(mag, "neg")
+        if kind == "max_pool":   # 3x3, stride 1, pad 1: border windows hold padding
+            y = n.add_pooling(neg, "max", kernel=3, stride=1, padding=1)
+        elif kind == "global_max_pool":
+            y = n.add_global_pooling(neg, "max")
+        else:
+            y = n.add_reduce(neg, "max", axes=[self.draw(st.sampled_from(range(1, r)))])
+        return n.add_elementwise(x, y, "add")
+
     def bn(self, x):
         c = x.shape[1]
         r = self.rng
@@ -77,7 +136,11 @@ class _Builder:
     def step4(self, x):
         kind = self.draw(st.sampled_from(
             ["cbr", "cbr", "conv", "siblings", "concat", "residual", "act", "pool", "eltwise",
-             "bn"]))
+             "bn", "pair", "extreme"]))
+        if kind == "pair":
+            return self.pair(x)
+        if kind == "extreme":
+            return self.extreme(x)
         self.recipe.append(kind)
         n = self.net
         if kind == "cbr":
@@ -112,7 +175,11 @@ class _Builder:
     # ---- 2-D (feature) layers --------------------------------------------------------------------
     def step2(self, x):
         kind = self.draw(st.sampled_from(["gemm", "gemm", "matmul", "act", "softmax", "eltwise",
-                                          "layernorm"]))
+                                          "layernorm", "pair", "extreme"]))
+        if kind == "pair":
+            return self.pair(x)
+        if kind == "extreme":
+            return self.extreme(x)
         self.recipe.append(kind)
         n = self.net
         f = x.shape[1]
@@ -159,5 +226,10 @@ def graphs(draw, max_layers: int = 6, image: bool | None = None):
         for _ in range(draw(st.integers(1, max_layers))):
             t = b.step2(t)
     b.net.mark_output(t, "y")
-    inputs = {"x": rng.standard_normal(shape).astype(np.float32)}
+    x = rng.standard_normal(shape)
+    sign = draw(st.sampled_from(["any", "any", "negative", "positive"]))
+    if sign != "any":   # all of one sign: a reduction's identity and its winner both matter
+        x = np.abs(x) + 0.125
+        x = -x if sign == "negative" else x
+    inputs = {"x": x.astype(np.float32)}
     return GraphCase(b.net, inputs, tuple(b.recipe))

@@ -10,6 +10,7 @@ import ptxc
 from ptxc.dialects.graph.scalar_forms import scalar_form
 from ptxc.rewrite import PassManager
 from property.strategies import graphs
+from property.tolerance import numerics_options, scaled_tolerance
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -44,9 +45,10 @@ def fusable_pairs(m, bases):
 def test_fusion_passes_keep_numerics_on_random_graphs(pipeline, case):
     m = case.network.to_module()
     want = ptxc.interpret(m, case.inputs)["y"]
-    PassManager(pipeline, check_numerics=True).run(m)
+    rtol, atol = scaled_tolerance(m, case.inputs)
+    PassManager(pipeline, check_numerics=True, **numerics_options(m)).run(m)
     ptxc.ir.verify(m)
-    np.testing.assert_allclose(ptxc.interpret(m, case.inputs)["y"], want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ptxc.interpret(m, case.inputs)["y"], want, rtol=rtol, atol=atol)
     text = ptxc.print_ir(m)
     assert ptxc.print_ir(ptxc.parse_ir(text)) == text
     assert PassManager(pipeline).run(m) is False, text  # a fixpoint

@@ -1,5 +1,6 @@
 """Every pass of graph-opt alone, and the whole pipeline, on random graphs from the shared
-strategy, with check-numerics (interpreter before vs after each pass, rtol 1e-4)."""
+strategy, with check-numerics (interpreter before vs after each pass, tolerances scaled to
+the graph: tests/property/tolerance.py)."""
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 import ptxc
 from light_models import onnxruntime_outputs
 from property.strategies import graphs
+from property.tolerance import numerics_options, scaled_tolerance
 from ptxc.rewrite.pass_manager import PassManager
 from ptxc.rewrite.passes.graph_opt import GRAPH_OPT
 
@@ -20,7 +22,7 @@ SETTINGS = settings(max_examples=20, deadline=None,
 @given(case=graphs())
 def test_each_graph_opt_pass_alone(pass_name, case):
     module = case.network.to_module()
-    PassManager(pass_name, check_numerics=True, numerics_rtol=1e-4).run(module)
+    PassManager(pass_name, check_numerics=True, **numerics_options(module)).run(module)
 
 
 @settings(max_examples=40, deadline=None,
@@ -28,7 +30,8 @@ def test_each_graph_opt_pass_alone(pass_name, case):
 @given(case=graphs(max_layers=8))
 def test_whole_graph_opt_pipeline(case):
     module = case.network.to_module()
-    PassManager("graph-opt", check_numerics=True, numerics_rtol=1e-4).run(module)
+    rtol, atol = scaled_tolerance(module, case.inputs)
+    PassManager("graph-opt", check_numerics=True, **numerics_options(module)).run(module)
     got = ptxc.interpret(module, case.inputs)["y"]
     ref = onnxruntime_outputs(case.network.to_onnx(), case.inputs)["y"]
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol)

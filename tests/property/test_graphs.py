@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 import ptxc
 from light_models import onnxruntime_outputs
 from property.strategies import graphs
+from property.tolerance import scaled_tolerance
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -25,6 +26,8 @@ def test_random_graphs_are_valid_and_round_trip(case):
 @SETTINGS
 @given(graphs())
 def test_random_graphs_match_onnxruntime(case):
-    got = ptxc.interpret(case.network.to_module(), case.inputs)["y"]
+    module = case.network.to_module()
+    got = ptxc.interpret(module, case.inputs)["y"]
     ref = onnxruntime_outputs(case.network.to_onnx(), case.inputs)["y"]
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    rtol, atol = scaled_tolerance(module, case.inputs)
+    np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol)

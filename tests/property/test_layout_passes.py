@@ -13,6 +13,7 @@ import ptxc
 from ptxc.rewrite import PassManager
 
 from .strategies import graphs
+from .tolerance import numerics_options
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -21,7 +22,7 @@ PASSES = ["fold-batchnorm", "merge-siblings", "eliminate-concat"]
 
 
 def check(module, pipeline: str) -> None:
-    PassManager(pipeline, check_numerics=True).run(module)
+    PassManager(pipeline, check_numerics=True, **numerics_options(module)).run(module)
 
 
 @pytest.mark.parametrize("pipeline", PASSES)

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from ptxc.rewrite import PassManager
 
 from .strategies import graphs
+from .tolerance import numerics_options
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -27,7 +28,7 @@ def _no_graph_ops_left(module):
 @given(case=graphs())
 def test_random_graphs_lower_with_equal_numerics(pipeline, case):
     module = case.network.to_module()
-    PassManager(pipeline, check_numerics=True).run(module)
+    PassManager(pipeline, check_numerics=True, **numerics_options(module)).run(module)
     _no_graph_ops_left(module)
     if pipeline == FULL:
         names = {op.name for op in module.walk()}
@@ -39,5 +40,5 @@ def test_random_graphs_lower_with_equal_numerics(pipeline, case):
 def test_optimized_random_graphs_lower_with_equal_numerics(case):
     module = case.network.to_module()
     PassManager("fold-batchnorm,fuse-epilogues,fuse-elementwise,eliminate-concat,dce").run(module)
-    PassManager(FULL, check_numerics=True).run(module)
+    PassManager(FULL, check_numerics=True, **numerics_options(module)).run(module)
     _no_graph_ops_left(module)

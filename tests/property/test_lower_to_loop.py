@@ -13,6 +13,7 @@ from ptxc.ir import interpret
 from ptxc.rewrite import PassManager
 
 from .strategies import graphs
+from .tolerance import numerics_options, scaled_tolerance
 
 SETTINGS = settings(max_examples=15, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -23,13 +24,14 @@ PIPELINE = ("lower-graph-to-tensor,generalize-named-ops,fuse-tensor-elementwise,
 
 def _check(module, inputs):
     want = interpret(module, inputs)
-    PassManager(PIPELINE, check_numerics=True).run(module)
+    rtol, atol = scaled_tolerance(module, inputs)
+    PassManager(PIPELINE, check_numerics=True, **numerics_options(module)).run(module)
     left = [op.name for op in module.walk() if op.name.split(".")[0] in ("graph", "tensor")]
     assert not left, left
     got = CpuProgram.from_module(module, threads=2, min_parallel_work=0)(inputs)
     assert list(got) == list(want)
     for k, w in want.items():
-        np.testing.assert_allclose(got[k], w, rtol=1e-4, atol=1e-5, err_msg=k)
+        np.testing.assert_allclose(got[k], w, rtol=rtol, atol=atol, err_msg=k)
 
 
 @SETTINGS

@@ -36,6 +36,7 @@ from ptxc.driver.memory_plan import ArenaAllocator, MemoryPlan, plan_memory
 from ptxc.errors import CompileError
 from ptxc.ir.types import F32, F64
 from property.strategies import graphs
+from property.tolerance import scaled_tolerance
 from test_loop_dialect import buf, c, load, module, op, store
 
 SETTINGS = settings(max_examples=150, deadline=None,
@@ -432,6 +433,7 @@ def test_random_graphs_same_outputs_with_the_planner_on_and_off(case):
     as fresh memory per buffer, twice in a row (the arena left dirty), and both match the loop
     interpreter."""
     module = case.network.to_module()
+    rtol, atol = scaled_tolerance(module, case.inputs)
     run_stages(module, "loop")
     fresh = CpuProgram.from_module(module, min_parallel_work=0)
     arena = CpuProgram(fresh.program, min_parallel_work=0, allocator="arena")
@@ -440,5 +442,5 @@ def test_random_graphs_same_outputs_with_the_planner_on_and_off(case):
         got_fresh, got_arena = fresh(case.inputs), arena(case.inputs)
         for name in want:
             assert got_arena[name].tobytes() == got_fresh[name].tobytes(), name
-            np.testing.assert_allclose(got_arena[name], want[name], rtol=1e-4, atol=1e-5,
+            np.testing.assert_allclose(got_arena[name], want[name], rtol=rtol, atol=atol,
                                        err_msg=name)

@@ -13,6 +13,7 @@ from ptxc.dialects.func import func_body, get_func
 from ptxc.rewrite import Explain, PassManager
 
 from .strategies import graphs
+from .tolerance import numerics_options
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -22,7 +23,8 @@ F = np.float32
 
 def run(module) -> Explain:
     ex = Explain()
-    PassManager("recognize-patterns", check_numerics=True, explain=ex).run(module)
+    PassManager("recognize-patterns", check_numerics=True, explain=ex,
+                **numerics_options(module)).run(module)
     return ex
 
 
