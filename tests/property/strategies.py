@@ -208,8 +208,9 @@ def graphs(draw, max_layers: int = 6, image: bool | None = None):
     b = _Builder(draw, rng)
     image = draw(st.booleans()) if image is None else image
     if image:
-        shape = (draw(st.integers(1, 2)), draw(st.sampled_from([2, 3, 4])),
-                 draw(st.sampled_from([5, 6, 8])), draw(st.sampled_from([5, 6, 8])))
+        h = draw(st.sampled_from([5, 6, 8]))
+        w = h if draw(st.booleans()) else draw(st.sampled_from([5, 6, 8]))  # squares: more pairs
+        shape = (draw(st.integers(1, 2)), draw(st.sampled_from([2, 3, 4])), h, w)
         x = b.net.add_input("x", shape)
         t = x
         for _ in range(draw(st.integers(1, max_layers))):
