@@ -87,3 +87,25 @@ def test_a_batch_norm_that_folds_nowhere_keeps_epsilon():
     check(lambda e: model_of([helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2],
                                                strides=[2, 2]), bn_node("p", e)],
                              x.shape, bn_params(4)), x, 0.5)
+
+
+def test_a_recognized_layer_norm_keeps_the_models_epsilon():
+    """A LayerNorm written out (mean, sub, pow, mean, add eps, sqrt, div) with eps 0.5 over rows
+    of variance ~0.1: recognize-patterns must carry 0.5 into the one op it makes."""
+    x = (0.3 * RNG.standard_normal((3, 8))).astype(F)
+    net = ptxc.Network("ln")
+    t = net.add_input("x", x.shape)
+    mean = net.add_reduce(t, "mean", axes=[1])
+    d = net.add_elementwise(t, mean, "sub")
+    var = net.add_reduce(net.add_elementwise(d, F(2.0), "pow"), "mean", axes=[1])
+    sd = net.add_unary(net.add_elementwise(var, F(0.5), "add"), "sqrt")
+    net.mark_output(net.add_elementwise(d, sd, "div"), "y")
+    module = net.to_module()
+    PassManager("recognize-patterns").run(module)
+    assert [op.name for op in module.walk() if op.name == "graph.layer_normalization"]
+    x64 = x.astype(np.float64)
+    c = x64 - x64.mean(axis=1, keepdims=True)
+    want = c / np.sqrt((c ** 2).mean(axis=1, keepdims=True) + 0.5)
+    assert np.abs(want - c / np.sqrt((c ** 2).mean(axis=1, keepdims=True) + 1e-5)).max() > 0.1
+    np.testing.assert_allclose(ptxc.interpret(module, {"x": x})["y"], want, rtol=1e-5,
+                               atol=1e-6)

@@ -29,8 +29,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", metavar="NAME", action="append", default=[],
                     help="run this mutation (repeatable; a prefix matches several)")
     ap.add_argument("-j", "--jobs", type=int, default=2, help="mutations run at once (2)")
-    ap.add_argument("--timeout", type=float, default=300.0,
-                    help="seconds per mutation before it counts as killed by a hang (300)")
+    ap.add_argument("--timeout", type=float, default=600.0,
+                    help="seconds per mutation before it counts as killed by a hang (600)")
     ap.add_argument("--no-baseline", action="store_true",
                     help="skip running the unmutated tests first")
     a = ap.parse_args(argv)

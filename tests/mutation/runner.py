@@ -10,14 +10,16 @@ baseline checks this and fails loudly if another ptxc would be imported).
 Outcomes, from pytest's exit status:
 
 * ``killed``: a test failed (exit 1), or collection failed because of the mutant (exit 2), or
-  the run passed its time limit (a mutant that hangs is caught too);
+  the process crashed (a signal: jitted code writing out of bounds), or the run passed its time
+  limit (a mutant that hangs is caught too);
 * ``survived``: every listed test passed (exit 0) -- the suite fails;
 * ``error``: pytest could not run the listed tests (usage error, no tests collected: exit 3,
   4, 5), a test id that no longer exists, for example -- the suite fails: a catalogue that
   cannot run is not a catalogue that passes.
 
 Before any mutant runs, the *baseline* runs every test the catalogue lists on the unmutated
-copy; they must all pass, otherwise a kill would mean nothing.
+copy (spread over ``jobs`` pytest-xdist workers); they must all pass, otherwise a kill would mean
+nothing.
 
 The hypothesis tests run with the ``ci`` profile (``CI=1``: derandomized), so a mutant is
 killed or not the same way every time.
@@ -68,7 +70,13 @@ def apply_text(text: str, m: Mutation) -> str:
             f"exactly once; the source changed: update tests/mutation/catalogue.py):\n{m.old}")
     if m.old == m.new:
         raise CatalogueError(f"mutation {m.name!r}: old and new text are the same")
-    return text.replace(m.old, m.new)
+    out = text.replace(m.old, m.new)
+    try:  # a mutant must be a program that runs and computes something wrong, not a typo
+        compile(out, f"ptxc/{m.file}", "exec")
+    except SyntaxError as e:
+        raise CatalogueError(f"mutation {m.name!r}: the mutated ptxc/{m.file} is not valid "
+                             f"Python ({e.msg}, line {e.lineno})") from None
+    return out
 
 
 def check(mutations=CATALOGUE, root: Path = ROOT) -> None:
@@ -112,9 +120,11 @@ def _env(dest: Path) -> dict:
     return env
 
 
-def _pytest(dest: Path, tests, timeout: float) -> tuple[int | None, str]:
+def _pytest(dest: Path, tests, timeout: float, workers: int = 0) -> tuple[int | None, str]:
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
            "--no-header", "-o", "addopts=-rf", *tests]
+    if workers > 1:
+        cmd[3:3] = ["-n", str(workers)]
     try:
         p = subprocess.run(cmd, cwd=dest, env=_env(dest), capture_output=True, text=True,
                            timeout=timeout)
@@ -132,7 +142,7 @@ def _first_failure(out: str) -> str:
     return out.strip().splitlines()[-1][:300] if out.strip() else "(no output)"
 
 
-def run_mutation(m: Mutation, timeout: float = 300.0, root: Path = ROOT) -> Outcome:
+def run_mutation(m: Mutation, timeout: float = 600.0, root: Path = ROOT) -> Outcome:
     """Apply ``m`` to a fresh copy of ptxc, run its tests, and say whether they caught it."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"ptxc-mut-{m.name}-") as tmp:
@@ -144,6 +154,8 @@ def run_mutation(m: Mutation, timeout: float = 300.0, root: Path = ROOT) -> Outc
     dt = time.perf_counter() - t0
     if rc is None:
         return Outcome(m, "killed", dt, f"timed out after {timeout:.0f} s")
+    if rc < 0:  # the mutant crashed the process (e.g. jitted code writing out of bounds)
+        return Outcome(m, "killed", dt, f"crashed with signal {-rc}")
     if rc in (1, 2):
         return Outcome(m, "killed", dt, _first_failure(out))
     if rc == 0:
@@ -151,7 +163,8 @@ def run_mutation(m: Mutation, timeout: float = 300.0, root: Path = ROOT) -> Outc
     return Outcome(m, "error", dt, f"pytest exit {rc}: {_first_failure(out)}")
 
 
-def run_baseline(mutations, timeout: float = 900.0, root: Path = ROOT) -> Outcome | None:
+def run_baseline(mutations, timeout: float = 1800.0, root: Path = ROOT,
+                 workers: int = 2) -> Outcome | None:
     """Run the union of the catalogue's tests on an unmutated copy; None when all pass, else an
     ``error`` outcome saying what failed (a kill against a failing baseline would mean
     nothing). Also checks the copy is what ``import ptxc`` finds."""
@@ -166,7 +179,7 @@ def run_baseline(mutations, timeout: float = 900.0, root: Path = ROOT) -> Outcom
         if probe.returncode != 0 or not where.startswith(str(dest)):
             raise CatalogueError(f"the mutation runner's copy of ptxc is not the one imported "
                                  f"(got {where or probe.stderr.strip()!r}, wanted under {dest})")
-        rc, out = _pytest(dest, tests, timeout)
+        rc, out = _pytest(dest, tests, timeout, workers)
     dt = time.perf_counter() - t0
     if rc == 0:
         return None
@@ -175,7 +188,7 @@ def run_baseline(mutations, timeout: float = 900.0, root: Path = ROOT) -> Outcom
     return Outcome(base, "error", dt, f"the unmutated tests fail: {why}")
 
 
-def run_all(mutations=CATALOGUE, jobs: int = 2, timeout: float = 300.0, baseline: bool = True,
+def run_all(mutations=CATALOGUE, jobs: int = 2, timeout: float = 600.0, baseline: bool = True,
             progress=None, root: Path = ROOT) -> list[Outcome]:
     """Check the catalogue, run the baseline, then every mutation (``jobs`` at a time); returns
     the outcomes in catalogue order (just the baseline's when it fails). ``progress(outcome)``
@@ -183,7 +196,7 @@ def run_all(mutations=CATALOGUE, jobs: int = 2, timeout: float = 300.0, baseline
     mutations = list(mutations)
     check(mutations, root)
     if baseline:
-        bad = run_baseline(mutations, root=root)
+        bad = run_baseline(mutations, root=root, workers=jobs)
         if bad is not None:
             if progress:
                 progress(bad)
