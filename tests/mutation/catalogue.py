@@ -89,8 +89,8 @@ CATALOGUE: tuple[Mutation, ...] = (
 
     # ---- lowerings ----------------------------------------------------------------------------
     M("conv-pads-swapped", "lower/graph_to_tensor/nn.py",
-      'xp = pad(b, x, [0, 0] + list(a["pads"][:n]), [0, 0] + list(a["pads"][n:]), 0.0)',
-      'xp = pad(b, x, [0, 0] + list(a["pads"][n:]), [0, 0] + list(a["pads"][:n]), 0.0)',
+      "lo, hi = list(pads[:n]), list(pads[n:])",
+      "lo, hi = list(pads[n:]), list(pads[:n])",
       (ORDER,),
       "conv pads begin/end swapped (only visible with asymmetric pads)"),
     M("max-pool-pads-with-zero", "lower/graph_to_tensor/pool.py",

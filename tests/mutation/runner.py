@@ -70,8 +70,14 @@ def apply_text(text: str, m: Mutation) -> str:
             f"exactly once; the source changed: update tests/mutation/catalogue.py):\n{m.old}")
     if m.old == m.new:
         raise CatalogueError(f"mutation {m.name!r}: old and new text are the same")
-    out = text.replace(m.old, m.new)
-    try:  # a mutant must be a program that runs and computes something wrong, not a typo
+    return text.replace(m.old, m.new)
+
+
+def mutate_source(text: str, m: Mutation) -> str:
+    """The source of ``ptxc/{m.file}`` with ``m`` applied, which must still be valid Python:
+    a mutant is a program that runs and computes something wrong, not a typo."""
+    out = apply_text(text, m)
+    try:
         compile(out, f"ptxc/{m.file}", "exec")
     except SyntaxError as e:
         raise CatalogueError(f"mutation {m.name!r}: the mutated ptxc/{m.file} is not valid "
@@ -92,7 +98,7 @@ def check(mutations=CATALOGUE, root: Path = ROOT) -> None:
             problems.append(f"mutation {m.name!r}: no file ptxc/{m.file}")
             continue
         try:
-            apply_text(path.read_text(), m)
+            mutate_source(path.read_text(), m)
         except CatalogueError as e:
             problems.append(str(e))
         if not m.tests:
@@ -149,7 +155,7 @@ def run_mutation(m: Mutation, timeout: float = 600.0, root: Path = ROOT) -> Outc
         dest = Path(tmp)
         _copy_tree(dest, root)
         target = dest / "ptxc" / m.file
-        target.write_text(apply_text(target.read_text(), m))
+        target.write_text(mutate_source(target.read_text(), m))
         rc, out = _pytest(dest, m.tests, timeout)
     dt = time.perf_counter() - t0
     if rc is None:

@@ -26,6 +26,10 @@ def test_apply_refuses_text_that_is_missing_or_repeated():
     with pytest.raises(runner.CatalogueError, match="2 times"):
         runner.apply_text(m.old + "\n" + m.old, m)
     assert runner.apply_text("a\n" + m.old + "\nb", m) == "a\n" + m.new + "\nb"
+    broken = runner.Mutation("typo", "x.py", "y = f(1)", "y = f(1", ("t",))
+    assert runner.apply_text("y = f(1)\n", broken) == "y = f(1\n"
+    with pytest.raises(runner.CatalogueError, match="not valid Python"):
+        runner.mutate_source("y = f(1)\n", broken)
 
 
 @pytest.mark.mutation

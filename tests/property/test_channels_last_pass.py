@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from ptxc.rewrite import PassManager
 
 from .strategies import graphs
+from .tolerance import numerics_options
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -21,4 +22,5 @@ SETTINGS = settings(max_examples=25, deadline=None,
 @SETTINGS
 @given(case=graphs())
 def test_channels_last_keeps_random_graphs_equal(pipeline, case):
-    PassManager(pipeline, check_numerics=True).run(case.network.to_module())
+    module = case.network.to_module()
+    PassManager(pipeline, check_numerics=True, **numerics_options(module)).run(module)
