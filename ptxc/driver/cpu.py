@@ -24,6 +24,11 @@ from a :class:`BufferAllocator`. :class:`PerRunAllocator` (the default) gives fr
 on every run; ``allocator="arena"`` uses :class:`~ptxc.driver.memory_plan.ArenaAllocator`, the
 liveness-based planner's one arena (views at planned offsets, from each slot's ``span``/``dtype``
 and ``first``/``last`` kernel), kept across runs.
+
+Concurrency: the compiled code, the kernel table and the weights are shared and read-only; each
+run takes an execution context (:class:`CpuContext`: the allocator, so the arena) from the
+program's pool (:mod:`ptxc.driver.context`), so runs from many threads never share scratch
+memory. The first context uses ``allocator`` itself; later ones its ``fork()``.
 """
 
 from __future__ import annotations
@@ -59,9 +64,15 @@ class BufferAllocator(Protocol):
 
     def allocate(self, slots: list[BufferSlot]) -> list[np.ndarray]: ...
 
+    # optional: ``fork()`` gives an allocator with the same plan and memory of its own, for
+    # another execution context; without it the program's runs are serialized
+
 
 class PerRunAllocator:
     """Fresh numpy memory for every scratch buffer on every run (no reuse)."""
+
+    def fork(self) -> "PerRunAllocator":
+        return self  # no state: one serves every context
 
     def allocate(self, slots: list[BufferSlot]) -> list[np.ndarray]:
         return [np.empty(max(s.span, 1), s.dtype) for s in slots]
@@ -208,10 +219,15 @@ class CpuProgram:
         """Run every kernel in order on ``buffers`` (every argument of main, by name): inputs are
         read, outputs written in place. ``on_kernel(index, start, end)`` (``time.perf_counter``
         seconds), when given, hears each kernel's span: the per-kernel profile of ``ptxc bench
-        --profile``."""
+        --profile``. Safe from many threads: each run takes an execution context of its own
+        (:mod:`ptxc.driver.context`)."""
+        with self._contexts.take() as ctx:
+            ctx.run(buffers, on_kernel)
+
+    def _run(self, allocator: BufferAllocator, buffers: dict, on_kernel=None) -> None:
         args = self._bind(buffers)
         scratch_slots = [s for s in self.table.slots if s.kind == "alloc"]
-        given = self.allocator.allocate(scratch_slots)
+        given = allocator.allocate(scratch_slots)
         for s, a in zip(scratch_slots, given, strict=True):
             if a.dtype != np.dtype(s.dtype) or a.size < s.span or not a.flags.c_contiguous:
                 raise CompileError(f"cpu: the allocator gave {a.dtype}[{a.size}] for scratch "
@@ -248,9 +264,33 @@ class CpuProgram:
         for f in futures:
             f.result()
 
-    def __call__(self, inputs: dict, on_kernel=None) -> dict:
-        """Allocate the output arguments (``loop.outputs``; NaN-filled floats, as the interpreter's
-        :func:`~ptxc.dialects.loop.run_main`), run, and return them by name."""
+    # ---- execution contexts -------------------------------------------------------------------
+    @property
+    def allocator(self) -> BufferAllocator:
+        """The scratch allocator of the program's first context; others use its ``fork()``."""
+        return self._allocator
+
+    @allocator.setter
+    def allocator(self, value: BufferAllocator) -> None:
+        from .context import ContextPool
+        self._allocator = value
+        # an allocator that cannot fork (one arena, no copy) serializes the runs on one context
+        limit = None if callable(getattr(value, "fork", None)) else 1
+        self._contexts = ContextPool(self._make_context, limit)
+
+    def _make_context(self, first: bool) -> "CpuContext":
+        return CpuContext(self, self._allocator if first else self._allocator.fork())
+
+    def new_context(self) -> "CpuContext":
+        """A new execution context: its own scratch memory (a fork of the allocator)."""
+        fork = getattr(self._allocator, "fork", None)
+        if not callable(fork):
+            raise CompileError(f"cpu: the allocator {type(self._allocator).__name__} has no "
+                               "fork(), so it cannot give a second context its own memory")
+        return CpuContext(self, fork())
+
+    def stage(self, inputs: dict) -> tuple[dict, dict]:
+        """(buffers, output views) for one run from host inputs; see :meth:`__call__`."""
         if not isinstance(inputs, dict):
             raise BindingError("inputs must be a dict name -> array")
         slots = {s.name: s for s in self.table.slots if s.kind == "arg"}
@@ -272,5 +312,32 @@ class CpuProgram:
                 buffers[n] = np.zeros(max(t.span, 1), x.dtype)
                 views[n] = restride(buffers[n], BufferType((buffers[n].size,), t.element), t)
                 views[n][...] = x
+        return buffers, views
+
+    def __call__(self, inputs: dict, on_kernel=None) -> dict:
+        """Allocate the output arguments (``loop.outputs``; NaN-filled floats, as the interpreter's
+        :func:`~ptxc.dialects.loop.run_main`), run, and return them by name."""
+        buffers, views = self.stage(inputs)
         self.run(buffers, on_kernel)
         return {n: np.array(views[n]) for n in self.table.outputs}
+
+
+class CpuContext:
+    """One execution context of a :class:`CpuProgram`: its own scratch allocator (so its own
+    arena); one run at a time (a lock), any number of contexts at once."""
+
+    def __init__(self, program: CpuProgram, allocator: BufferAllocator):
+        self.program = program
+        self.allocator = allocator
+        self._lock = threading.Lock()
+
+    def run(self, buffers: dict, on_kernel=None) -> None:
+        """:meth:`CpuProgram.run` on this context's memory."""
+        with self._lock:
+            self.program._run(self.allocator, buffers, on_kernel)
+
+    def __call__(self, inputs: dict, on_kernel=None) -> dict:
+        """:meth:`CpuProgram.__call__` on this context's memory."""
+        buffers, views = self.program.stage(inputs)
+        self.run(buffers, on_kernel)
+        return {n: np.array(views[n]) for n in self.program.table.outputs}

@@ -48,8 +48,15 @@ unusable for the rest of the process (the driver's rule, not ours). A failed all
 engine's total; everything the engine allocated is freed before it is raised (numba's pending
 deallocations are flushed), so the process can go on to run a smaller engine.
 
-**Concurrency.** One program runs one inference at a time (a lock): its arena and binding
-buffers are shared by every run, as one TensorRT execution context.
+**Concurrency.** The module, its kernels and the weights are the program's, shared and
+read-only. Everything one inference writes belongs to an execution context
+(:class:`CudaContext`, TensorRT's IExecutionContext): its own stream, arena, binding buffers,
+launch arguments and CUDA graph, set up at its first run (steps 3 and 4 above, per context).
+A context runs one inference at a time (a lock); ``program(inputs)``/``run_device`` take a free
+context from the program's pool (:mod:`ptxc.driver.context`) and create one when all are busy,
+so N threads run N inferences at once on N streams, each on its own memory: correct by
+construction, as no two runs in flight share a pointer they write. Each context costs the
+arena plus the bindings in device memory (``device_bytes`` counts the first).
 """
 
 from __future__ import annotations
@@ -92,7 +99,6 @@ def arch_compatible(ptx_arch: str, device_arch: str, exact: bool = False) -> boo
     return want == have if suffix else want <= have
 
 
-
 def load_kernel(module, info):
     """The cuda.core kernel of table entry ``info`` from a loaded numba-cuda ``module``; a kernel
     that launches with more than 48 KiB of dynamic shared memory is allowed that much first
@@ -112,29 +118,50 @@ def launch_config(info):
                            shmem_size=int(info.dynamic_shared))
 
 
-class _DeviceState:
-    """Everything the first run set up on the device (see the module docstring)."""
+class _Shared:
+    """What every context of a program shares, set up at the first run: the device, the loaded
+    module and its kernels, and the weights (see the module docstring)."""
 
     def __init__(self):
         self.cuda = None          # the numba.cuda module
         self.cc = None            # the cuda.core module
         self.ctx = None           # numba Context
+        self.dev_id = None        # the device ordinal
         self.module = None        # numba CudaPythonModule (a weak proxy; the context owns it)
         self.kernels = []         # one cuda.core Kernel per table entry
+        self.weights = None       # numba DeviceNDArray (uint8)
+        self.device_arch = None
+
+    def release(self) -> None:
+        """Unload the module and drop the weights (flushed now, not at numba's next flush)."""
+        if self.module is not None and self.ctx is not None:
+            try:
+                self.ctx.unload_module(self.module)
+            except Exception:  # noqa: BLE001  (teardown of a possibly broken context)
+                pass
+        self.module = None
+        self.kernels = []
+        self.weights = None
+        _flush(self.ctx)
+
+
+class _ContextState:
+    """What one execution context owns on the device: its stream, scratch arena, binding
+    buffers, the pointer arguments of each launch into them, and its captured CUDA graph."""
+
+    def __init__(self, shared: _Shared):
+        self.shared = shared
         self.configs = []         # one cuda.core LaunchConfig per table entry
         self.args = []            # one tuple of pointer ints per table entry
         self.stream = None        # cuda.core Stream
         self.nstream = None       # numba Stream over the same handle
         self.arena = None         # numba DeviceNDArray (uint8)
-        self.weights = None       # numba DeviceNDArray (uint8)
-        self.bindings = {}        # name -> numba DeviceNDArray (uint8), engine-owned
+        self.bindings = {}        # name -> numba DeviceNDArray (uint8), context-owned
         self.graph = None         # cuda.core Graph, captured at the first graph run
         self.graph_builder = None  # the cuda.core GraphBuilder that captured it
-        self.device_arch = None
 
     def release(self) -> None:
-        """Free what this state holds: graph, stream, module, device memory (flushed now, not at
-        numba's next flush, so a failed setup leaves the device as it found it)."""
+        """Free what this context holds: graph, stream, device memory."""
         for obj in (self.graph, self.graph_builder, self.stream):
             try:
                 if obj is not None:
@@ -142,20 +169,19 @@ class _DeviceState:
             except Exception:  # noqa: BLE001  (teardown of a possibly broken context)
                 pass
         self.graph = self.graph_builder = self.stream = self.nstream = None
-        if self.module is not None and self.ctx is not None:
-            try:
-                self.ctx.unload_module(self.module)
-            except Exception:  # noqa: BLE001
-                pass
-        self.module = None
-        self.kernels, self.configs, self.args = [], [], []
-        self.arena = self.weights = None
+        self.configs, self.args = [], []
+        self.arena = None
         self.bindings = {}
-        if self.ctx is not None:
-            try:
-                self.ctx.memory_manager.deallocations.clear()
-            except Exception:  # noqa: BLE001
-                pass
+        _flush(self.shared.ctx)
+
+
+def _flush(ctx) -> None:
+    """Free numba's pending deallocations now."""
+    if ctx is not None:
+        try:
+            ctx.memory_manager.deallocations.clear()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def _is_oom(e: Exception) -> bool:
@@ -219,23 +245,26 @@ class CudaProgram(DeviceInterop):
         self.weights_bytes = at
         self._arg_slots = {s.name: s for s in self.table.slots if s.kind == "arg"}
         self.io_bytes = sum(_align(max(s.nbytes, 1)) for s in self._arg_slots.values())
-        self._state: _DeviceState | None = None
-        self._lock = threading.Lock()
+        from .context import ContextPool
+        self._shared: _Shared | None = None
+        self._shared_lock = threading.Lock()
+        self._contexts = ContextPool(lambda first: CudaContext(self))
 
     # ---- facts -----------------------------------------------------------------------------
     @property
     def device_bytes(self) -> int:
         """Device memory the program allocates at its first run: arena, weights and binding
-        buffers (each rounded to 256 bytes; the module's code is the driver's)."""
+        buffers (each rounded to 256 bytes; the module's code is the driver's). Each further
+        execution context adds its own arena and bindings."""
         return _align(max(self.plan.arena_bytes, 1)) + self.weights_bytes + self.io_bytes
 
     @property
     def ready(self) -> bool:
         """Whether the device setup has been done (a first run happened)."""
-        return self._state is not None
+        return self._shared is not None
 
     # ---- setup -----------------------------------------------------------------------------
-    def _setup(self) -> _DeviceState:
+    def _setup(self) -> _Shared:
         try:
             from numba import cuda
             import cuda.core as cc
@@ -251,75 +280,98 @@ class CudaProgram(DeviceInterop):
             raise DeviceError("cuda engine: no CUDA GPU is available on this machine (no driver "
                               "or no device); it compiles and saves here, and runs on a machine "
                               "with a GPU")
-        st = _DeviceState()
-        st.cuda, st.cc = cuda, cc
+        sh = _Shared()
+        sh.cuda, sh.cc = cuda, cc
         try:
-            self._setup_into(st)
+            self._setup_into(sh)
         except BaseException:
-            st.release()
+            sh.release()
             raise
-        return st
+        return sh
 
-    def _setup_into(self, st: _DeviceState) -> None:
-        cuda, cc = st.cuda, st.cc
+    def _setup_into(self, sh: _Shared) -> None:
+        cuda = sh.cuda
         step = "context"
         try:
-            st.ctx = cuda.current_context()
+            sh.ctx = cuda.current_context()
             dev = cuda.get_current_device()
+            sh.dev_id = dev.id
             major, minor = dev.compute_capability
-            st.device_arch = f"sm_{major}{minor}"
+            sh.device_arch = f"sm_{major}{minor}"
         except Exception as e:  # noqa: BLE001
             raise DeviceError(f"cuda engine: cannot open the CUDA device ({_describe(e)})") \
                 from None
-        if not arch_compatible(self.arch, st.device_arch, self.exact_arch):
+        if not arch_compatible(self.arch, sh.device_arch, self.exact_arch):
             raise DeviceError(f"cuda engine: its PTX is for {self.arch}"
                               + (" (a plan runs on its own arch only)" if self.exact_arch else "")
-                              + f"; this GPU is {st.device_arch}: recompile with "
-                              f"arch={st.device_arch!r}")
+                              + f"; this GPU is {sh.device_arch}: recompile with "
+                              f"arch={sh.device_arch!r}")
         try:
             step = "loading the PTX module"
-            st.module = st.ctx.create_module_ptx(self.ptx)
+            sh.module = sh.ctx.create_module_ptx(self.ptx)
             by_name = {}
             for k in self.table.kernels:
                 step = f"looking up kernel {k.name}"
                 if k.name not in by_name:
-                    by_name[k.name] = load_kernel(st.module, k)
-                st.kernels.append(by_name[k.name])
-            step = "creating the stream"
-            cdev = cc.Device(dev.id)
-            cdev.set_current()
-            st.stream = cdev.create_stream(options=cc.StreamOptions(nonblocking=False))
-            st.nstream = cuda.external_stream(int(st.stream.handle))
+                    by_name[k.name] = load_kernel(sh.module, k)
+                sh.kernels.append(by_name[k.name])
         except PtxcError:
             raise
         except Exception as e:  # noqa: BLE001  (CUDA errors of numba-cuda and cuda.core)
-            raise DeviceError(f"cuda engine: {step} failed on {st.device_arch} "
+            raise DeviceError(f"cuda engine: {step} failed on {sh.device_arch} "
                               f"({_describe(e)})") from None
-        # memory
-        st.arena = self._alloc(st, max(self.plan.arena_bytes, 1), "the scratch arena")
-        st.weights = self._alloc(st, max(self.weights_bytes, 1), "the weights")
-        for name, s in self._arg_slots.items():
-            st.bindings[name] = self._alloc(st, max(s.nbytes, 1), f"binding {name!r}")
+        sh.weights = self._alloc(sh, max(self.weights_bytes, 1), "the weights", sh.release)
         from numba.cuda.cudadrv import driver as drv
         try:
-            step = "uploading the weights"
             if self.weights_bytes:
                 host = np.zeros(self.weights_bytes, np.uint8)
                 for name, w in self._weights.items():
                     o = self._weight_offsets[name]
                     host[o:o + w.nbytes] = w.view(np.uint8)
-                drv.host_to_device(st.weights, host, self.weights_bytes, stream=st.nstream)
-            step = "filling the arena and outputs with 0xFF"
+                drv.host_to_device(sh.weights, host, self.weights_bytes)
+        except Exception as e:  # noqa: BLE001
+            raise DeviceError(f"cuda engine: uploading the weights failed ({_describe(e)})") \
+                from None
+
+    def _setup_context(self, sh: _Shared) -> _ContextState:
+        """A context's stream, arena, bindings and launch arguments (freed again on failure)."""
+        st = _ContextState(sh)
+        try:
+            self._setup_context_into(st)
+        except BaseException:
+            st.release()
+            raise
+        return st
+
+    def _setup_context_into(self, st: _ContextState) -> None:
+        sh = st.shared
+        cuda, cc = sh.cuda, sh.cc
+        try:
+            cdev = cc.Device(sh.dev_id)
+            cdev.set_current()
+            st.stream = cdev.create_stream(options=cc.StreamOptions(nonblocking=False))
+            st.nstream = cuda.external_stream(int(st.stream.handle))
+        except Exception as e:  # noqa: BLE001
+            raise DeviceError(f"cuda engine: creating the stream failed on {sh.device_arch} "
+                              f"({_describe(e)})") from None
+        st.arena = self._alloc(sh, max(self.plan.arena_bytes, 1), "the scratch arena",
+                               st.release)
+        for name, s in self._arg_slots.items():
+            st.bindings[name] = self._alloc(sh, max(s.nbytes, 1), f"binding {name!r}",
+                                            st.release)
+        from numba.cuda.cudadrv import driver as drv
+        try:
             drv.device_memset(st.arena, 0xFF, st.arena.nbytes, stream=st.nstream)
             for name in self.table.outputs:
                 b = st.bindings[name]
                 drv.device_memset(b, 0xFF, b.nbytes, stream=st.nstream)
             st.nstream.synchronize()
         except Exception as e:  # noqa: BLE001
-            raise DeviceError(f"cuda engine: {step} failed ({_describe(e)})") from None
+            raise DeviceError(f"cuda engine: filling the arena and outputs with 0xFF failed "
+                              f"({_describe(e)})") from None
         # the launches: configs and pointer arguments, fixed from here on
         arena = st.arena.device_ctypes_pointer.value
-        weights = st.weights.device_ctypes_pointer.value
+        weights = sh.weights.device_ctypes_pointer.value
         ptrs = []
         for s, b in zip(self.table.slots, self._slot_buffers()):
             if s.kind == "arg":
@@ -340,16 +392,16 @@ class CudaProgram(DeviceInterop):
         allocs = iter(buffers_from_slots([s for s in self.table.slots if s.kind == "alloc"]))
         return [next(allocs) if s.kind == "alloc" else None for s in self.table.slots]
 
-    def _alloc(self, st: _DeviceState, nbytes: int, what: str):
+    def _alloc(self, sh: _Shared, nbytes: int, what: str, release):
         try:
-            return st.cuda.device_array(nbytes, np.uint8)
+            return sh.cuda.device_array(nbytes, np.uint8)
         except Exception as e:  # noqa: BLE001
             if not _is_oom(e):
                 raise DeviceError(f"cuda engine: allocating {nbytes:,} bytes for {what} failed "
                                   f"({_describe(e)})") from None
-            st.release()  # free ours first, so "free" counts what the device really has
+            release()  # free ours first, so "free" counts what the device really has
             try:
-                free = f"{st.ctx.get_memory_info().free:,}"
+                free = f"{sh.ctx.get_memory_info().free:,}"
             except Exception:  # noqa: BLE001
                 free = "an unknown number of"
             raise OutOfMemoryError(f"cuda engine: out of device memory allocating {what}: "
@@ -359,44 +411,118 @@ class CudaProgram(DeviceInterop):
                                    f"bindings {self.io_bytes:,}); nothing stays allocated") \
                 from None
 
-    def _ready(self) -> _DeviceState:
-        if self._state is None:
-            self._state = self._setup()
-            # a dropped program gives its module, stream, graph and memory back (not at exit:
-            # the driver tears the context down then, and numba may be half gone)
-            weakref.finalize(self, _DeviceState.release, self._state).atexit = False
-        else:
-            self._state.cuda.current_context()  # current on this thread too
-        return self._state
+    def _ready_shared(self) -> _Shared:
+        with self._shared_lock:
+            if self._shared is None:
+                self._shared = self._setup()
+                # a dropped program gives its module and weights back (not at exit: the
+                # driver tears the context down then, and numba may be half gone)
+                weakref.finalize(self, _Shared.release, self._shared).atexit = False
+            return self._shared
+
+    def _drop_shared_if_idle(self) -> None:
+        """After a failed context setup: free the module and weights too when no context is
+        set up, so a failed first run leaves the device as it found it."""
+        with self._shared_lock:
+            if self._shared is None:
+                return
+            if any(c._state is not None for c in self._contexts.contexts):
+                return
+            self._shared.release()
+            self._shared = None
 
     def release(self) -> None:
         """Free the device resources now (the next run sets them up again); dropping the
         program does it too."""
+        for c in self._contexts.clear():
+            c.release()
+        with self._shared_lock:
+            if self._shared is not None:
+                self._shared.release()
+                self._shared = None
+
+    def new_context(self) -> "CudaContext":
+        """A new execution context: its own stream, arena, bindings and graph (set up at its
+        first run); the module and weights are the program's."""
+        return CudaContext(self)
+
+    # ---- running ---------------------------------------------------------------------------
+    def __call__(self, inputs: dict) -> dict:
+        """One inference from host arrays (by name, every input) to fresh host arrays; safe
+        from many threads (each run takes an execution context of its own)."""
+        with self._contexts.take() as ctx:
+            return ctx(inputs)
+
+    def run_device(self, inputs: dict, out: dict | None = None, stream=None) -> dict:
+        """One inference from device arrays to device arrays (see
+        :meth:`CudaContext.run_device`); safe from many threads."""
+        with self._contexts.take() as ctx:
+            return ctx.run_device(inputs, out=out, stream=stream)
+
+    def _check_names(self, inputs, kind: str) -> None:
+        """``inputs`` is a dict holding exactly the program's inputs (a BindingError otherwise)."""
+        if not isinstance(inputs, dict):
+            raise BindingError(f"inputs must be a dict name -> {kind}")
+        unknown = sorted(set(inputs) - set(self.table.inputs))
+        missing = [n for n in self.table.inputs if n not in inputs]
+        if unknown or missing:
+            raise BindingError(f"cuda program: missing inputs {missing}, unknown {unknown}; it "
+                               f"takes {list(self.table.inputs)}")
+
+
+class CudaContext:
+    """One execution context of a :class:`CudaProgram` (TensorRT's IExecutionContext): its own
+    stream, scratch arena, binding buffers and CUDA graph, set up at its first run. One inference
+    at a time on a context (a lock); contexts run at once from several threads, each on its own
+    stream, sharing the program's module and weights (read-only)."""
+
+    def __init__(self, program: CudaProgram):
+        self.program = program
+        self._state: _ContextState | None = None
+        self._lock = threading.Lock()
+
+    def _ready(self) -> _ContextState:
+        p = self.program
+        sh = p._ready_shared()
+        if self._state is None:
+            try:
+                self._state = p._setup_context(sh)
+            except BaseException:
+                p._drop_shared_if_idle()
+                raise
+            weakref.finalize(self, _ContextState.release, self._state).atexit = False
+        else:
+            sh.cuda.current_context()  # current on this thread too
+        return self._state
+
+    def release(self) -> None:
+        """Free this context's stream, arena, bindings and graph now."""
         with self._lock:
             if self._state is not None:
                 self._state.release()
                 self._state = None
 
-    # ---- running ---------------------------------------------------------------------------
-    def _launch_all(self, st: _DeviceState) -> None:
+    def _launch_all(self, st: _ContextState) -> None:
         """Queue the kernels of one inference on the stream (replaying the graph if enabled)."""
-        cc = st.cc
-        if self.cuda_graph and not self.sync_each:
+        p = self.program
+        sh = st.shared
+        cc = sh.cc
+        if p.cuda_graph and not p.sync_each:
             if st.graph is None:
                 gb = None
                 try:
                     gb = st.stream.create_graph_builder()
                     gb.begin_building()
-                    for k, kern, cfg, args in zip(self.table.kernels, st.kernels, st.configs,
+                    for k, kern, cfg, args in zip(p.table.kernels, sh.kernels, st.configs,
                                                   st.args):
-                        self._launch_one(cc, gb, k, kern, cfg, args, "capturing")
+                        _launch_one(cc, gb, k, kern, cfg, args, "capturing")
                     gb.end_building()
                     st.graph = gb.complete()
                 except PtxcError:
                     raise
                 except Exception as e:  # noqa: BLE001
                     raise DeviceError(f"cuda engine: capturing the CUDA graph of "
-                                      f"{len(self.table.kernels)} kernels failed "
+                                      f"{len(p.table.kernels)} kernels failed "
                                       f"({_describe(e)}); cuda_graph=False launches directly") \
                         from None
                 finally:
@@ -415,9 +541,9 @@ class CudaProgram(DeviceInterop):
                 raise DeviceError(f"cuda engine: launching the CUDA graph failed "
                                   f"({_describe(e)})") from None
             return
-        for k, kern, cfg, args in zip(self.table.kernels, st.kernels, st.configs, st.args):
-            self._launch_one(cc, st.stream, k, kern, cfg, args, "launching")
-            if self.sync_each:
+        for k, kern, cfg, args in zip(p.table.kernels, sh.kernels, st.configs, st.args):
+            _launch_one(cc, st.stream, k, kern, cfg, args, "launching")
+            if p.sync_each:
                 try:
                     st.stream.sync()
                 except Exception as e:  # noqa: BLE001
@@ -426,15 +552,7 @@ class CudaProgram(DeviceInterop):
                                       f"({_describe(e)})") from None
 
     @staticmethod
-    def _launch_one(cc, stream, k, kern, cfg, args, doing: str) -> None:
-        try:
-            cc.launch(stream, cfg, kern, *args)
-        except Exception as e:  # noqa: BLE001
-            raise DeviceError(f"cuda engine: {doing} kernel {k.name} ({k.loc}, grid {k.grid}, "
-                              f"block {k.block}, schedule {k.schedule}) failed "
-                              f"({_describe(e)})") from None
-
-    def _sync(self, st: _DeviceState) -> None:
+    def _sync(st: _ContextState) -> None:
         try:
             st.nstream.synchronize()
         except Exception as e:  # noqa: BLE001
@@ -442,24 +560,15 @@ class CudaProgram(DeviceInterop):
                               f"({_describe(e)}); set PTXC_CUDA_SYNC=1 to find the kernel") \
                 from None
 
-    def _check_names(self, inputs, kind: str) -> None:
-        """``inputs`` is a dict holding exactly the program's inputs (a BindingError otherwise)."""
-        if not isinstance(inputs, dict):
-            raise BindingError(f"inputs must be a dict name -> {kind}")
-        unknown = sorted(set(inputs) - set(self.table.inputs))
-        missing = [n for n in self.table.inputs if n not in inputs]
-        if unknown or missing:
-            raise BindingError(f"cuda program: missing inputs {missing}, unknown {unknown}; it "
-                               f"takes {list(self.table.inputs)}")
-
     def __call__(self, inputs: dict) -> dict:
         """One inference from host arrays (by name, every input) to fresh host arrays."""
         from ..dialects.loop import restride
         from ..ir.types import BufferType
-        self._check_names(inputs, "array")
+        p = self.program
+        p._check_names(inputs, "array")
         staged = {}
-        for n in self.table.inputs:
-            s = self._arg_slots[n]
+        for n in p.table.inputs:
+            s = p._arg_slots[n]
             t = s.type
             x = np.asarray(inputs[n])
             if x.shape != t.shape or x.dtype != np.dtype(s.dtype):
@@ -483,8 +592,8 @@ class CudaProgram(DeviceInterop):
             self._launch_all(st)
             bases = {}
             try:
-                for n in self.table.outputs:
-                    s = self._arg_slots[n]
+                for n in p.table.outputs:
+                    s = p._arg_slots[n]
                     bases[n] = np.empty(max(s.span, 1), np.dtype(s.dtype))
                     if s.nbytes:
                         drv.device_to_host(bases[n], st.bindings[n], s.nbytes, stream=st.nstream)
@@ -494,8 +603,8 @@ class CudaProgram(DeviceInterop):
                                   "kernel") from None
             self._sync(st)
         out = {}
-        for n in self.table.outputs:
-            t = self._arg_slots[n].type
+        for n in p.table.outputs:
+            t = p._arg_slots[n].type
             base = bases[n]
             if t.is_default_layout:
                 out[n] = base[:t.size].reshape(t.shape)
@@ -518,24 +627,25 @@ class CudaProgram(DeviceInterop):
         address as an int): the inference is ordered after the work queued on it so far, the
         work queued on it later waits for the inference, and this returns without waiting (as
         a TensorRT ``enqueueV3``); without ``stream`` the outputs are complete on return."""
-        self._check_names(inputs, "device array")
-        for n in self.table.inputs + self.table.outputs:
-            t = self._arg_slots[n].type
+        p = self.program
+        p._check_names(inputs, "device array")
+        for n in p.table.inputs + p.table.outputs:
+            t = p._arg_slots[n].type
             if not t.is_default_layout:
                 raise BindingError(f"run_device: binding {n!r} has layout {t}, which a "
                                    "device-to-device copy cannot scatter; use run()")
         out = dict(out or {})
-        unknown = sorted(set(out) - set(self.table.outputs))
+        unknown = sorted(set(out) - set(p.table.outputs))
         if unknown:
             raise BindingError(f"run_device: out= names {unknown} are not outputs; the outputs "
-                               f"are {list(self.table.outputs)}")
+                               f"are {list(p.table.outputs)}")
         with self._lock:
             st = self._ready()
-            cuda = st.cuda
+            cuda = st.shared.cuda
             from numba.cuda.cudadrv import driver as drv
-            views = {n: self._device_view(st, n, inputs[n], "input") for n in self.table.inputs}
-            targets = {n: self._device_view(st, n, a, "out") for n, a in out.items()}
-            caller = self._caller_stream(st, stream) if stream is not None else None
+            views = {n: p._device_view(st.shared, n, inputs[n], "input") for n in p.table.inputs}
+            targets = {n: p._device_view(st.shared, n, a, "out") for n, a in out.items()}
+            caller = p._caller_stream(st.shared, stream) if stream is not None else None
             if caller is not None:
                 try:
                     st.stream.wait(caller)  # after what the caller queued so far
@@ -545,15 +655,15 @@ class CudaProgram(DeviceInterop):
             outs = {}
             try:
                 for n, v in views.items():
-                    nb = self._arg_slots[n].nbytes
+                    nb = p._arg_slots[n].nbytes
                     if nb:
                         drv.device_to_device(st.bindings[n], v, nb, stream=st.nstream)
             except Exception as e:  # noqa: BLE001
                 raise DeviceError(f"cuda engine: copying the inputs on the device failed "
                                   f"({_describe(e)})") from None
             self._launch_all(st)
-            for n in self.table.outputs:
-                s = self._arg_slots[n]
+            for n in p.table.outputs:
+                s = p._arg_slots[n]
                 try:
                     outs[n] = targets[n] if n in targets else cuda.device_array(
                         s.shape, np.dtype(s.dtype))
@@ -578,4 +688,13 @@ class CudaProgram(DeviceInterop):
                                       f"inference ({_describe(e)})") from None
             else:
                 self._sync(st)
-            return {n: out[n] if n in out else outs[n] for n in self.table.outputs}
+            return {n: out[n] if n in out else outs[n] for n in p.table.outputs}
+
+
+def _launch_one(cc, stream, k, kern, cfg, args, doing: str) -> None:
+    try:
+        cc.launch(stream, cfg, kern, *args)
+    except Exception as e:  # noqa: BLE001
+        raise DeviceError(f"cuda engine: {doing} kernel {k.name} ({k.loc}, grid {k.grid}, "
+                          f"block {k.block}, schedule {k.schedule}) failed "
+                          f"({_describe(e)})") from None

@@ -2,7 +2,7 @@
 device times for ``ptxc bench`` (CUDA timing events), and the views it takes of other
 libraries' device memory and streams for ``run_device`` (``__cuda_array_interface__``,
 ``__dlpack__``, ``__cuda_stream__``, torch and numba streams). A mixin, so that the runtime
-module keeps to running; it uses the program's lock, state and launch helpers.
+module keeps to running; it uses the program's execution contexts and launch helpers.
 """
 
 from __future__ import annotations
@@ -21,34 +21,40 @@ class DeviceInterop:
     # ---- profiling (ptxc bench) -----------------------------------------------------------
     def kernel_times(self, inputs: dict) -> list[tuple[float, float]]:
         """(start, duration) in milliseconds of device time of each kernel, in table order, the
-        start counted from the first kernel's: one inference from host
-        arrays sets up and fills the input bindings, then the kernels are launched once more
-        one by one (no graph), each between two timing events on the stream."""
-        self(inputs)
-        with self._lock:
-            st = self._ready()
-            opts = st.cc.EventOptions(timing_enabled=True)
-            events = [st.stream.record(options=opts)]
-            for k, kern, cfg, args in zip(self.table.kernels, st.kernels, st.configs, st.args):
-                self._launch_one(st.cc, st.stream, k, kern, cfg, args, "profiling")
-                events.append(st.stream.record(options=opts))
-            self._sync(st)
-            return [(float(a - events[0]), float(b - a)) for a, b in zip(events, events[1:])]
+        start counted from the first kernel's: one inference from host arrays sets up and fills
+        the input bindings of an execution context, then its kernels are launched once more one
+        by one (no graph), each between two timing events on its stream."""
+        from .cuda import _launch_one
+        with self._contexts.take() as ctx:
+            ctx(inputs)
+            with ctx._lock:
+                st = ctx._ready()
+                sh = st.shared
+                opts = sh.cc.EventOptions(timing_enabled=True)
+                events = [st.stream.record(options=opts)]
+                for k, kern, cfg, args in zip(self.table.kernels, sh.kernels, st.configs,
+                                              st.args):
+                    _launch_one(sh.cc, st.stream, k, kern, cfg, args, "profiling")
+                    events.append(st.stream.record(options=opts))
+                ctx._sync(st)
+                return [(float(a - events[0]), float(b - a)) for a, b in zip(events, events[1:])]
 
     def launch_times(self, runs: int) -> list[float]:
         """Milliseconds of device time of ``runs`` inferences on the inputs already bound (by an
-        earlier run): each whole launch sequence (the graph, or the kernels) between two timing
-        events, so the host's share of a run's latency is what these do not cover."""
-        with self._lock:
-            st = self._ready()
-            opts = st.cc.EventOptions(timing_enabled=True)
-            pairs = []
-            for _ in range(runs):
-                e0 = st.stream.record(options=opts)
-                self._launch_all(st)
-                pairs.append((e0, st.stream.record(options=opts)))
-            self._sync(st)
-            return [float(b - a) for a, b in pairs]
+        earlier run, on the pool's most recently used context): each whole launch sequence (the
+        graph, or the kernels) between two timing events, so the host's share of a run's latency
+        is what these do not cover."""
+        with self._contexts.take() as ctx:
+            with ctx._lock:
+                st = ctx._ready()
+                opts = st.shared.cc.EventOptions(timing_enabled=True)
+                pairs = []
+                for _ in range(runs):
+                    e0 = st.stream.record(options=opts)
+                    ctx._launch_all(st)
+                    pairs.append((e0, st.stream.record(options=opts)))
+                ctx._sync(st)
+                return [float(b - a) for a, b in pairs]
 
     def _device_view(self, st: object, n: str, x, what: str):
         """A numba device array over ``x``'s memory (no copy), checked against binding ``n``."""

@@ -6,6 +6,8 @@
     engine.memory_report()               # arena peak beside the live-bytes lower bound
     engine.timings                       # seconds per compile stage
     engine.save("model.plan")            # a plan file; ptxc.load("model.plan") reads it back
+    ctx = engine.create_context()        # an execution context: scratch memory of its own
+    ctx.run({"data": x})                 # engine.run is thread-safe too (a pool of contexts)
 
     engine = ptxc.compile("model.onnx", target="cuda")   # builds without a GPU; runs on one
     engine.ptx                           # the PTX text
@@ -158,17 +160,51 @@ class Engine:
         save_plan(self, path)
 
     def run(self, inputs: dict) -> dict:
-        """Run one inference: inputs by name, outputs by name (fresh arrays)."""
+        """Run one inference: inputs by name, outputs by name (fresh arrays). Safe to call from
+        any number of threads at once: each run takes an execution context of its own from the
+        program's pool (:mod:`ptxc.driver.context`), so concurrent runs never share memory."""
+        return self._run(self.program, inputs)
+
+    def create_context(self) -> "ExecutionContext":
+        """A new execution context (TensorRT's IExecutionContext): its own scratch arena (cuda:
+        also its own stream, binding buffers and CUDA graph). One context runs one inference at
+        a time; several contexts run at once from several threads."""
+        return ExecutionContext(self, self.program.new_context())
+
+    def _run(self, runner, inputs: dict) -> dict:
         if not isinstance(inputs, dict):
             raise BindingError(f"Engine.run takes a dict name -> array, got "
                                f"{type(inputs).__name__}")
         arrays = check_inputs(list(self.inputs), list(self.inputs.values()), inputs, "engine")
         # (np.ascontiguousarray would turn rank-0 inputs into rank 1)
         feeds = {n: x if x.flags.c_contiguous else x.copy() for n, x in zip(self.inputs, arrays)}
-        out = self.program(feeds)
+        out = runner(feeds)
         return {n: out[n] for n in self.outputs}
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}: {t}" for n, t in self.inputs.items())
         outs = ", ".join(f"{n}: {t}" for n, t in self.outputs.items())
         return f"<Engine {self.target} ({ins}) -> ({outs})>"
+
+
+class ExecutionContext:
+    """One execution context of an Engine (see :meth:`Engine.create_context`)."""
+
+    def __init__(self, engine: Engine, context):
+        self.engine = engine
+        self.context = context  # the runtime's: CpuContext or CudaContext
+
+    def run(self, inputs: dict) -> dict:
+        """One inference on this context's memory; as :meth:`Engine.run`."""
+        return self.engine._run(self.context, inputs)
+
+    def run_device(self, inputs: dict, out: dict | None = None, stream=None) -> dict:
+        """One inference on device arrays (cuda engines); as :meth:`Engine.run_device`."""
+        if self.engine.target != "cuda":
+            raise DeviceError(f"run_device runs cuda engines; this one is "
+                              f"{self.engine.target} (use run)")
+        if not isinstance(inputs, dict):
+            raise BindingError(f"run_device takes a dict name -> device array, got "
+                               f"{type(inputs).__name__}")
+        got = self.context.run_device(inputs, out=out, stream=stream)
+        return {n: got[n] for n in self.engine.outputs}

@@ -503,7 +503,8 @@ class ArenaAllocator:
 
     ``persistent=True`` (the default, an engine's arena): the arena is kept and reused by every
     run, so two runs of one program sharing this allocator must not overlap in time (as with one
-    TensorRT execution context); ``persistent=False`` allocates a fresh arena per run."""
+    TensorRT execution context: the program forks one allocator per context, ``fork``);
+    ``persistent=False`` allocates a fresh arena per run."""
 
     def __init__(self, alignment: int = 256, persistent: bool = True, refine: int = 96,
                  plan: MemoryPlan | None = None):
@@ -514,6 +515,11 @@ class ArenaAllocator:
         self._given = plan is not None
         self._key = None
         self._arena: np.ndarray | None = None
+
+    def fork(self) -> "ArenaAllocator":
+        """An allocator for another execution context: the same plan (once there is one), an
+        arena of its own."""
+        return ArenaAllocator(self.alignment, self.persistent, self.refine, plan=self.plan)
 
     def _new_arena(self) -> np.ndarray:
         n = self.plan.arena_bytes
