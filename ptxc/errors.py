@@ -85,3 +85,14 @@ class CalibrationError(PtxcError):
 class CalibrationCacheError(CalibrationError):
     """A calibration cache file cannot be used: unreadable, of another format, or written for
     another model (or, with no data to recalibrate, for other calibrator settings)."""
+
+
+class RunError(PtxcError):
+    """An inference failed at run time on well-formed bindings, because of the values in them
+    (the runtime reads the kernels' error flag after every run)."""
+
+
+class IndexOutOfRangeError(RunError, IndexError):
+    """An index read from a tensor at run time (Gather's indices, ...) is outside the axis it
+    indexes; the message names the op (ONNX node) and the valid range. Negative indices count
+    from the end, as ONNX says: ``[-n, n)`` is valid on an axis of ``n``."""

@@ -266,3 +266,41 @@ class RoundTf32(OpSpec):
 
     def reference(self, op, args, interp):
         return [round_tf32(args[0])[()]]
+
+
+@register
+class CheckIndex(OpSpec):
+    """A run-time index check: ``index`` (an integer) must be in ``[-size, size)``; the result
+    is the index made non-negative (``+ size`` when negative, as ONNX's Gather). ``check`` is a
+    description of the indexed op for the error (e.g. ``Gather 'g' axis 0 (size 5)``).
+
+    Its reference raises :class:`~ptxc.errors.IndexOutOfRangeError`. Compiled code cannot raise:
+    a bad index sets the program's error flag (an ``int32`` scratch slot, planned like any
+    buffer) to this check's number and continues with index 0 (an in-bounds read, never
+    garbage from outside the tensor); the runtime reads the flag after the run and raises the
+    same error (:mod:`ptxc.lower.loop_to_llvm`)::
+
+        %i = "arith.check_index"(%raw) {size = 5, check = "Gather 'g' axis 0 (size 5)"} : (i64) -> i64
+    """
+
+    name = "arith.check_index"
+    operands = ("index",)
+    attributes = {"size": Attr("int", required=True), "check": Attr("str", required=True)}
+    traits = {"pure", "elementwise"}
+
+    def infer_types(self, op):
+        t = _scalar(op)
+        if t.is_float or t == I1:
+            fail(op, f"the index must be an integer, is {t}")
+        return [t]
+
+    def reference(self, op, args, interp):
+        from ..errors import IndexOutOfRangeError
+        i = np.asarray(args[0])
+        n = op.attributes["size"]
+        bad = (i < -n) | (i >= n)
+        if np.any(bad):
+            v = int(np.asarray(i)[bad].flat[0])
+            raise IndexOutOfRangeError(f"{op.attributes['check']}: index {v} out of range "
+                                       f"[{-n}, {n})")
+        return [_cast(np.where(i < 0, i + n, i), op.results[0].type)]

@@ -25,6 +25,10 @@ on every run; ``allocator="arena"`` uses :class:`~ptxc.driver.memory_plan.ArenaA
 liveness-based planner's one arena (views at planned offsets, from each slot's ``span``/``dtype``
 and ``first``/``last`` kernel), kept across runs.
 
+Run-time checks: a program with index checks has an error-flag scratch slot
+(:mod:`ptxc.lower.loop_to_llvm`, "Run-time checks"); it is zeroed before each run and read after
+it, and a set flag raises :class:`~ptxc.errors.IndexOutOfRangeError` naming the op.
+
 Concurrency: the compiled code, the kernel table and the weights are shared and read-only; each
 run takes an execution context (:class:`CpuContext`: the allocator, so the arena) from the
 program's pool (:mod:`ptxc.driver.context`), so runs from many threads never share scratch
@@ -44,7 +48,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..errors import BindingError, CompileError
+from ..errors import BindingError, CompileError, IndexOutOfRangeError
 from ..dialects.loop import allocate, restride
 from ..ir.core import Operation
 from ..ir.types import BufferType
@@ -166,6 +170,7 @@ class CpuProgram:
             proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(k.buffers)),
                                      ctypes.c_int64, ctypes.c_int64)
             self._fns.append(proto(addr))
+        self._error_slot = self.table.error_slot
         self._globals = {}
         for s in self.table.slots:
             if s.kind == "global":
@@ -238,6 +243,9 @@ class CpuProgram:
         for s in self.table.slots:
             roots.append(next(it) if s.kind == "arg" else next(scratch) if s.kind == "alloc"
                          else self._globals[s.name])
+        flag = None if self._error_slot is None else roots[self._error_slot][:1]
+        if flag is not None:
+            flag[0] = 0
         ptrs = [r.ctypes.data for r in roots]
         keep = roots  # noqa: F841  (the arrays stay alive during the calls)
         for i, (k, fn) in enumerate(zip(self.table.kernels, self._fns)):
@@ -247,6 +255,9 @@ class CpuProgram:
                 on_kernel(i, t0, time.perf_counter())
             else:
                 self._run_kernel(k, fn, ptrs)
+        if flag is not None and flag[0]:
+            raise IndexOutOfRangeError(f"{self.table.check_failed(flag[0])}: an index is out of "
+                                       "range (read at run time; the outputs are not valid)")
 
     def _run_kernel(self, k, fn, ptrs) -> None:
         """One kernel: a single call, or its outer range split across the pool."""

@@ -48,6 +48,11 @@ unusable for the rest of the process (the driver's rule, not ours). A failed all
 engine's total; everything the engine allocated is freed before it is raised (numba's pending
 deallocations are flushed), so the process can go on to run a smaller engine.
 
+**Run-time checks.** A program with index checks has an error flag (4 bytes of the arena, see
+:mod:`ptxc.lower.loop_to_llvm`): zeroed at the context's setup, read after each inference (4
+bytes device-to-host on the context's stream), and cleared again when set, before the
+IndexOutOfRangeError naming the check is raised.
+
 **Concurrency.** The module, its kernels and the weights are the program's, shared and
 read-only. Everything one inference writes belongs to an execution context
 (:class:`CudaContext`, TensorRT's IExecutionContext): its own stream, arena, binding buffers,
@@ -68,7 +73,8 @@ import weakref
 
 import numpy as np
 
-from ..errors import BindingError, CompileError, DeviceError, OutOfMemoryError, PtxcError
+from ..errors import (BindingError, CompileError, DeviceError, IndexOutOfRangeError,
+                      OutOfMemoryError, PtxcError)
 from .cuda_interop import DeviceInterop
 
 __all__ = ["CudaProgram", "arch_number", "arch_compatible"]
@@ -159,6 +165,7 @@ class _ContextState:
         self.bindings = {}        # name -> numba DeviceNDArray (uint8), context-owned
         self.graph = None         # cuda.core Graph, captured at the first graph run
         self.graph_builder = None  # the cuda.core GraphBuilder that captured it
+        self.flag = None          # the error flag: a 4-byte view of the arena (None: no checks)
 
     def release(self) -> None:
         """Free what this context holds: graph, stream, device memory."""
@@ -170,7 +177,7 @@ class _ContextState:
                 pass
         self.graph = self.graph_builder = self.stream = self.nstream = None
         self.configs, self.args = [], []
-        self.arena = None
+        self.arena = self.flag = None
         self.bindings = {}
         _flush(self.shared.ctx)
 
@@ -246,6 +253,11 @@ class CudaProgram(DeviceInterop):
         self._arg_slots = {s.name: s for s in self.table.slots if s.kind == "arg"}
         self.io_bytes = sum(_align(max(s.nbytes, 1)) for s in self._arg_slots.values())
         from .context import ContextPool
+        self._error_offset = None  # the error flag's offset in the arena (run-time checks)
+        if self.table.error_slot is not None:
+            b = self._slot_buffers()[self.table.error_slot]
+            if plan.live[b.name] is not None:
+                self._error_offset = plan.offsets[b.name]
         self._shared: _Shared | None = None
         self._shared_lock = threading.Lock()
         self._contexts = ContextPool(lambda first: CudaContext(self))
@@ -365,6 +377,9 @@ class CudaProgram(DeviceInterop):
             for name in self.table.outputs:
                 b = st.bindings[name]
                 drv.device_memset(b, 0xFF, b.nbytes, stream=st.nstream)
+            if self._error_offset is not None:  # the error flag starts clear
+                st.flag = st.arena[self._error_offset:self._error_offset + 4]
+                drv.device_memset(st.flag, 0, 4, stream=st.nstream)
             st.nstream.synchronize()
         except Exception as e:  # noqa: BLE001
             raise DeviceError(f"cuda engine: filling the arena and outputs with 0xFF failed "
@@ -551,14 +566,28 @@ class CudaContext:
                                       f"block {k.block}) failed while running "
                                       f"({_describe(e)})") from None
 
-    @staticmethod
-    def _sync(st: _ContextState) -> None:
+    def _sync(self, st: _ContextState) -> None:
+        """Wait for the inference; then read the error flag (a set flag is cleared for the next
+        run and raised as IndexOutOfRangeError naming the check)."""
         try:
             st.nstream.synchronize()
+            if st.flag is None:
+                return
+            flag = st.flag.copy_to_host(stream=st.nstream)
+            st.nstream.synchronize()
+            value = int(flag.view(np.int32)[0])
+            if value:
+                from numba.cuda.cudadrv import driver as drv
+                drv.device_memset(st.flag, 0, 4, stream=st.nstream)
+                st.nstream.synchronize()
         except Exception as e:  # noqa: BLE001
             raise DeviceError(f"cuda engine: the inference failed on the device "
                               f"({_describe(e)}); set PTXC_CUDA_SYNC=1 to find the kernel") \
                 from None
+        if value:
+            raise IndexOutOfRangeError(f"{self.program.table.check_failed(value)}: an index is "
+                                       "out of range (read at run time; the outputs are not "
+                                       "valid)")
 
     def __call__(self, inputs: dict) -> dict:
         """One inference from host arrays (by name, every input) to fresh host arrays."""

@@ -40,6 +40,22 @@ block of more than 256 threads could fail to launch ("too many resources"); with
 trades a few registers for occupancy (on ResNet-50's tiled convs: 56-64 registers and 8-16 bytes
 of spills instead of 66-72 and none).
 
+**Run-time checks** (``arith.check_index``: Gather's indices, every index read from a tensor).
+Compiled code cannot raise, so a program with checks gets one more root buffer, the *error
+flag*: a scratch slot named ``ptxc.error`` (:data:`ERROR_SLOT`), one ``int32``, live over every
+kernel (so the planner gives it memory no other buffer shares: it is planned like any other
+buffer, and each execution context has its own). A kernel holding a check takes it as one more
+pointer argument; a failing check stores its number (1-based, into the table's ``checks``:
+the descriptions) with a branch marked unlikely and goes on with index 0, an in-bounds read::
+
+    %neg = icmp slt i64 %i, 0 ; %w = select %neg, (add %i, 5), %i ; %ok = icmp ult i64 %w, 5
+    br i1 %ok, %cont, %fail        ; fail: store i32 1, ptr %flag ; br %cont
+    %idx = select i1 %ok, i64 %w, i64 0
+
+The runtimes zero the flag before a run (cuda: once at setup, and after each failure), read it
+after, and raise :class:`~ptxc.errors.IndexOutOfRangeError` naming the check; the interpreter
+raises the same error from the op's reference.
+
 The result is an :class:`LLVMProgram`: the module text (what ``explore --stage llvm`` shows,
 before optimization), a :class:`KernelTable` (kernels in order, their buffers, ranges; the root
 buffers with sizes and live ranges for a memory planner), and the weights of ``loop.global``.
@@ -63,7 +79,11 @@ from . import llvm_tensorcore
 from .llvm_scalar import I64, ScalarEmitter, align_of, memory_type, supported
 
 _ARITH = {"constant", "add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "neg",
-          "not", "cmp", "select", "cast", "round_tf32", "xor", "shl", "shr", "rem"}
+          "not", "cmp", "select", "cast", "round_tf32", "xor", "shl", "shr", "rem",
+          "check_index"}
+#: the name of the error-flag slot (see "Run-time checks" in the module docstring)
+ERROR_SLOT = "ptxc.error"
+_ERROR = object()  # the error flag's key among a kernel's roots (it has no IR value)
 _MATH = {"exp", "log", "tanh", "erf", "sqrt", "abs", "floor", "ceil", "sin", "cos", "tan",
          "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"}
 _KERNELS = {"loop.parallel", "loop.for", "loop.copy"}
@@ -149,11 +169,25 @@ class KernelTable:
     kernels: tuple
     inputs: tuple
     outputs: tuple
+    checks: tuple = ()  # descriptions of the run-time checks; the error flag holds 1 + index
+
+    @property
+    def error_slot(self) -> int | None:
+        """The index of the error-flag slot (None: the program has no run-time check)."""
+        return next((i for i, s in enumerate(self.slots)
+                     if s.kind == "alloc" and s.name == ERROR_SLOT), None)
+
+    def check_failed(self, flag: int) -> str:
+        """The description of the check a flag value names."""
+        flag = int(flag)
+        return (self.checks[flag - 1] if 1 <= flag <= len(self.checks)
+                else f"run-time check #{flag} (unknown)")
 
     def to_json(self) -> dict:
         return {"slots": [attrs.asdict(s) for s in self.slots],
                 "kernels": [attrs.asdict(k) for k in self.kernels],
-                "inputs": list(self.inputs), "outputs": list(self.outputs)}
+                "inputs": list(self.inputs), "outputs": list(self.outputs),
+                "checks": list(self.checks)}
 
     @classmethod
     def from_json(cls, d: dict) -> "KernelTable":
@@ -165,7 +199,8 @@ class KernelTable:
                                       "grid": tup(k.get("grid")), "block": tup(k.get("block")),
                                       "nodes": tuple(k.get("nodes", ()))})
                         for k in d["kernels"])
-        return cls(slots, kernels, tuple(d["inputs"]), tuple(d["outputs"]))
+        return cls(slots, kernels, tuple(d["inputs"]), tuple(d["outputs"]),
+                   tuple(d.get("checks", ())))
 
 
 @attrs.define
@@ -290,8 +325,10 @@ class _Kernel(ScalarEmitter):
     gpu = False
     addrspace = 0
 
-    def __init__(self, module: ir.Module, name: str, roots: list, top_scalars: list):
+    def __init__(self, module: ir.Module, name: str, roots: list, top_scalars: list,
+                 check_ids: dict | None = None):
         self.m = module
+        self.check_ids = check_ids or {}
         ptr = ir.PointerType(addrspace=self.addrspace)
         extra = [] if self.gpu else [I64, I64]
         fty = ir.FunctionType(ir.VoidType(), [ptr] * len(roots) + extra)
@@ -308,6 +345,27 @@ class _Kernel(ScalarEmitter):
         self.vals: dict = {}
         for op in top_scalars:
             self.emit_scalar(op)
+
+    def emit_scalar(self, op: Operation) -> None:
+        if op.name == "arith.check_index":
+            self.check_index(op)
+        else:
+            super().emit_scalar(op)
+
+    def check_index(self, op: Operation) -> None:
+        """See "Run-time checks" in the module docstring."""
+        b = self.b
+        raw = self.vals[op.operands[0]]
+        i = b.sext(raw, I64) if raw.type.width < 64 else raw
+        n = ir.Constant(I64, op.attributes["size"])
+        neg = b.icmp_signed("<", i, ir.Constant(I64, 0))
+        w = b.select(neg, b.add(i, n), i)
+        ok = b.icmp_unsigned("<", w, n)
+        with b.if_then(b.not_(ok), likely=False):
+            b.store(ir.Constant(ir.IntType(32), self.check_ids[id(op)]), self.ptrs[_ERROR],
+                    align=4)
+        w = b.select(ok, w, ir.Constant(I64, 0))
+        self.vals[op.results[0]] = b.trunc(w, raw.type) if raw.type.width < 64 else w
 
     # ---- structure ----------------------------------------------------------------------------
     def loop(self, start, stop, step: int, body, carried=()):
@@ -481,8 +539,8 @@ class _GpuKernel(_Kernel):
     math_library = "libdevice"
 
     def __init__(self, module: ir.Module, name: str, roots: list, top_scalars: list,
-                 dynamic: bool = False):
-        super().__init__(module, name, roots, top_scalars)
+                 dynamic: bool = False, check_ids: dict | None = None):
+        super().__init__(module, name, roots, top_scalars, check_ids)
         self.fn.calling_convention = "ptx_kernel"
         self.shared_bytes = 0
         self.n_shared = 0
@@ -603,6 +661,12 @@ def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None
 
     for n, a in zip(names, body.args):
         add_slot(a, "arg", n)
+    checks = [o for o in f.walk() if o.name == "arith.check_index"]
+    check_ids = {id(o): k + 1 for k, o in enumerate(checks)}
+    if checks:  # the error flag (see "Run-time checks")
+        slot_of[_ERROR] = len(slots)
+        slots.append({"kind": "alloc", "name": ERROR_SLOT, "dtype": "int32", "shape": (1,),
+                      "strides": (1,), "offset": 0, "span": 1, "first": -1, "last": -1})
     kernels: list[KernelInfo] = []
     n_alloc = 0
     for op in body.ops:
@@ -621,19 +685,21 @@ def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None
             global_slot[name] = (slot_of[op.results[0]], value)
             globals_[name] = value.array
         elif op.name in _KERNELS or op.name == "gpu.launch":
-            kernels.append(_emit_kernel(m, op, len(kernels), slot_of, slots))
+            kernels.append(_emit_kernel(m, op, len(kernels), slot_of, slots, check_ids))
+    if checks:  # live over every kernel: no other buffer shares its memory
+        slots[slot_of[_ERROR]].update(first=0, last=max(len(kernels) - 1, 0))
     if target == "nvptx":
         _nvptx_metadata(m, kernels)
     table = KernelTable(tuple(BufferSlot(**s) for s in slots), tuple(kernels),
                         tuple(n for n in names if n not in output_names(f)),
-                        tuple(output_names(f)))
+                        tuple(output_names(f)), tuple(o.attributes["check"] for o in checks))
     text = str(m)
     _verify_text(text)
     return LLVMProgram(text, table, globals_, triple, data_layout or "")
 
 
 def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
-                 slots: list) -> KernelInfo:
+                 slots: list, check_ids: dict) -> KernelInfo:
     roots: list[Value] = []
     for inner in op.walk():
         for v in inner.operands:
@@ -641,6 +707,9 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
                 r = _root(v)
                 if r not in roots and r in slot_of:  # gpu.shared buffers are no arguments
                     roots.append(r)
+    tops = _top_scalars(op)
+    if any(id(o) in check_ids for o in list(op.walk()) + tops):
+        roots.append(_ERROR)
     for r in roots:
         s = slots[slot_of[r]]
         s["first"] = index if s["first"] < 0 else s["first"]
@@ -648,7 +717,7 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
     if op.name == "gpu.launch":
         from ..dialects.gpu import shared_bytes
         dynamic = shared_bytes(op) > STATIC_SHARED_LIMIT
-        k = _GpuKernel(m, f"kernel_{index}", roots, _top_scalars(op), dynamic=dynamic)
+        k = _GpuKernel(m, f"kernel_{index}", roots, tops, dynamic=dynamic, check_ids=check_ids)
         k.block(op.regions[0].blocks[0], [])
         k.finish()
         return KernelInfo(k.fn.name, tuple(slot_of[r] for r in roots), 1, False, _op_work(op),
@@ -657,7 +726,7 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
                           schedule=op.attributes.get("schedule"),
                           dynamic_shared=k.shared_bytes if dynamic else 0,
                           tile=op.attributes.get("tile"), nodes=nodes_of(op))
-    k = _Kernel(m, f"kernel_{index}", roots, _top_scalars(op))
+    k = _Kernel(m, f"kernel_{index}", roots, tops, check_ids)
     if op.name == "loop.parallel":
         lo, hi = op.attributes["lower"], op.attributes["upper"]
         st = op.attr("step") or (1,) * len(lo)

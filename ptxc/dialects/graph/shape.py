@@ -193,7 +193,11 @@ class Gather(OpSpec):
         axis = op.attr("axis")
         n = data.shape[axis]
         if idx.size and (idx.min() < -n or idx.max() >= n):
-            fail(op, f"indices out of range [{-n}, {n - 1}]")
+            from ...errors import IndexOutOfRangeError
+            v = int(idx.min() if idx.min() < -n else idx.max())
+            raise IndexOutOfRangeError(f"Gather" + (f" {op.loc!r}" if op.loc else "")
+                                       + f" axis {axis} (size {n}): index {v} out of range "
+                                       f"[{-n}, {n})")
         return [np.take(data, idx.astype(np.int64, copy=False), axis=axis)]
 
 

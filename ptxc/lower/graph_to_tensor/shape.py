@@ -15,8 +15,9 @@ transpose, tile, expand, shape, constant_of_shape.
 * tile -> a broadcast generic to ``(r0, d0, r1, d1, ...)`` (the input read through
   ``(d1, d3, ...)``) and a ``tensor.reshape`` to ``(r0 * d0, r1 * d1, ...)``: affine, no modulo.
 * gather -> a generic over the result: the body reads the index (an ``ins`` operand through a
-  map over the index dims), wraps a negative one (``+ n``), and reads ``data`` with
-  ``tensor.extract``.
+  map over the index dims), checks it and wraps a negative one (``arith.check_index``: a bad
+  index is a typed IndexOutOfRangeError from the interpreter and from both runtimes), and reads
+  ``data`` with ``tensor.extract``.
 """
 
 from __future__ import annotations
@@ -140,10 +141,10 @@ def _gather(op, b):
     size = data.type.shape[axis]
     idx_map = tuple(unit_row(n, axis + j) for j in range(q))
 
+    check = index_check_name("Gather", op, axis, size)
+
     def body(bb, args):
-        i = args[0]
-        neg = op_(bb, "arith.cmp", i, c(bb, 0, i.type), predicate="lt")
-        i = op_(bb, "arith.select", neg, op_(bb, "arith.add", i, c(bb, size, i.type)), i)
+        i = op_(bb, "arith.check_index", args[0], size=size, check=check)
         ids = [bb.create("tensor.index", [], {"dim": d}).result for d in range(axis)]
         ids.append(cast(bb, i, INDEX))
         ids += [bb.create("tensor.index", [], {"dim": d}).result for d in range(axis + q, n)]
@@ -151,3 +152,10 @@ def _gather(op, b):
 
     return [build_generic([idx], [empty(b, out)], out.shape, [idx_map, identity_map(n)],
                           ["parallel"] * n, body, b=b).result]
+
+
+def index_check_name(kind: str, op, axis: int, size: int) -> str:
+    """How an index check names its op in the error: ``Gather 'node' axis 0 (size 5)``. Every
+    op that reads a tensor at indices taken from another tensor (Gather, GatherElements,
+    ScatterND, ...) passes each such index through ``arith.check_index`` with this name."""
+    return f"{kind}" + (f" {op.loc!r}" if op.loc else "") + f" axis {axis} (size {size})"
