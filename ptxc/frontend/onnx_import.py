@@ -3,8 +3,10 @@
 Steps, each failing with a typed error that names the file and the node:
 
 1. load (``ModelError`` for unreadable or malformed files; external data must stay inside the
-   model's folder: absolute paths, ``..`` and symlinks are refused);
-2. ``onnx.checker`` and ``onnx.shape_inference`` (strict);
+   model's folder: absolute paths, ``..`` and symlinks are refused; a ModelProto's external data
+   needs ``base_dir=``, the same checks apply there);
+2. ``onnx.checker`` and ``onnx.shape_inference`` (strict), behind a validation pre-pass of what
+   ONNX's C++ crashes on, optionally in a child process (:mod:`ptxc.frontend.onnx_guard`);
 3. opset: models of default-domain opset >= 7 are read natively (each converter knows the
    differences between opsets); older ones go through ``onnx.version_converter`` to opset 7;
 4. every op type is checked against the converters first, and all unsupported ones are reported
@@ -83,12 +85,29 @@ def _check_external_data(model: onnx.ModelProto, base_dir: str, source: str) -> 
             raise ModelError(f"{source}: tensor {t.name!r}: external data file {loc!r} not found")
 
 
-def load_model(model, source: str | None = None) -> tuple[onnx.ModelProto, str]:
-    """A ModelProto from a path, bytes or ModelProto; returns it and a name for messages."""
+def load_model(model, source: str | None = None,
+               base_dir: str | os.PathLike | None = None) -> tuple[onnx.ModelProto, str]:
+    """A ModelProto from a path, bytes or ModelProto; returns it and a name for messages.
+
+    External data is read from the model file's folder, under the folder checks of
+    :func:`_check_external_data`. A ModelProto or bytes have no folder: their external data is
+    refused unless ``base_dir`` names one (then the same checks apply there), so a location is
+    never resolved against the current directory."""
+    from onnx.external_data_helper import uses_external_data, _get_all_tensors
     if isinstance(model, onnx.ModelProto):
-        return model, source or (model.graph.name or "model")
+        source = source or (model.graph.name or "model")
+        if any(uses_external_data(t) for t in _get_all_tensors(model)):
+            if base_dir is None:
+                raise ModelError(f"{source}: the ModelProto has external data and no folder: "
+                                 "pass base_dir= (the model's folder) to read it")
+            proto = onnx.ModelProto()
+            proto.CopyFrom(model)  # the caller's proto is not filled in
+            _load_external(proto, os.fspath(base_dir), source)
+            return proto, source
+        return model, source
     if isinstance(model, (bytes, bytearray)):
-        data, source, base = bytes(model), source or "<bytes>", None
+        data, source = bytes(model), source or "<bytes>"
+        base = None if base_dir is None else os.fspath(base_dir)
     elif isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         source = source or path
@@ -97,7 +116,7 @@ def load_model(model, source: str | None = None) -> tuple[onnx.ModelProto, str]:
                 data = f.read()
         except OSError as e:
             raise ModelError(f"{path}: cannot read model: {e.strerror or e}") from None
-        base = os.path.dirname(os.path.abspath(path))
+        base = os.path.dirname(os.path.abspath(path)) if base_dir is None else os.fspath(base_dir)
     else:
         raise ModelError(f"expected an ONNX path, bytes or ModelProto, got {type(model).__name__}")
     proto = onnx.ModelProto()
@@ -108,16 +127,20 @@ def load_model(model, source: str | None = None) -> tuple[onnx.ModelProto, str]:
                          f"{type(e).__name__})") from None
     if not proto.HasField("graph") or (not proto.graph.node and not proto.graph.output):
         raise ModelError(f"{source}: not a valid ONNX model (no graph)")
-    from onnx.external_data_helper import uses_external_data, _get_all_tensors
     if any(uses_external_data(t) for t in _get_all_tensors(proto)):
         if base is None:
-            raise ModelError(f"{source}: model has external data; load it from a path")
-        _check_external_data(proto, base, source)
-        try:
-            onnx.external_data_helper.load_external_data_for_model(proto, base)
-        except Exception as e:
-            raise ModelError(f"{source}: cannot load external data: {e}") from None
+            raise ModelError(f"{source}: model has external data; load it from a path or "
+                             "pass base_dir=")
+        _load_external(proto, base, source)
     return proto, source
+
+
+def _load_external(proto: onnx.ModelProto, base: str, source: str) -> None:
+    _check_external_data(proto, base, source)
+    try:
+        onnx.external_data_helper.load_external_data_for_model(proto, base)
+    except Exception as e:
+        raise ModelError(f"{source}: cannot load external data: {e}") from None
 
 
 def _default_opset(model: onnx.ModelProto) -> int:
@@ -127,8 +150,15 @@ def _default_opset(model: onnx.ModelProto) -> int:
     return 1
 
 
-def prepare_model(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
-    """Checker, opset conversion and strict shape inference."""
+def prepare_model(model: onnx.ModelProto, source: str,
+                  isolate: bool | None = None) -> onnx.ModelProto:
+    """Checker, opset conversion and strict shape inference, behind the guards of
+    :mod:`ptxc.frontend.onnx_guard` (a validation pre-pass; ``isolate``: in a child process)."""
+    from .onnx_guard import infer_shapes_isolated, isolation_requested, validate_for_inference
+    validate_for_inference(model, source)
+    isolated = isolation_requested(isolate)
+    if isolated and _default_opset(model) >= MIN_NATIVE_OPSET:
+        return infer_shapes_isolated(model, source)
     try:
         onnx.checker.check_model(model)
     except Exception as e:
@@ -141,6 +171,8 @@ def prepare_model(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
         except Exception as e:
             raise ModelError(f"{source}: opset {opset} could not be converted to "
                              f"{MIN_NATIVE_OPSET}: {str(e).strip()[:200]}") from None
+        if isolated:
+            return infer_shapes_isolated(model, source)
     try:
         model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
     except Exception as e:
@@ -194,16 +226,21 @@ def _input_type(vi: onnx.ValueInfoProto, input_shapes: dict, source: str) -> Ten
 
 
 def import_onnx(model, input_shapes: dict | None = None, constant_inputs: dict | None = None,
-                source: str | None = None) -> Operation:
+                source: str | None = None, base_dir: str | os.PathLike | None = None,
+                isolate: bool | None = None) -> Operation:
     """Import an ONNX model (path, bytes or ModelProto) as a graph-dialect module.
 
     ``input_shapes`` binds symbolic dimensions: ``{"input": (1, 3, 224, 224)}``.
     ``constant_inputs`` turns graph inputs into compile-time constants: ``{"shape": array}``
     (needed when an input decides a shape, as TensorRT's shape tensors).
+    ``base_dir``: the folder of a ModelProto's (or bytes') external data; without it such a
+    model is refused. ``isolate=True`` (or ``PTXC_ISOLATE_IMPORT=1``): run ONNX's checker and
+    shape inference in a child process, so a crash there is a ModelError (see
+    :mod:`ptxc.frontend.onnx_guard`).
     """
-    proto, source = load_model(model, source)
+    proto, source = load_model(model, source, base_dir)
     check_supported(proto, source)
-    proto = prepare_model(proto, source)
+    proto = prepare_model(proto, source, isolate)
     input_shapes = dict(input_shapes or {})
     constant_inputs = dict(constant_inputs or {})
     g = proto.graph
