@@ -276,9 +276,15 @@ def test_light_models_weights_are_plain_constants_after_folding(name):
     if name == "densenet121":  # its unsqueezed batch-norm weights fold too
         assert "graph.unsqueeze" not in text
     if name == "squeezenet":
-        got = interpret(m, inputs)
-        want = light_models.expected_output(name)
-        np.testing.assert_allclose(next(iter(got.values())), want, rtol=1e-3, atol=1e-5)
+        # its softmax of ~6.8e9 logits is ill-conditioned: compare the folded logits with
+        # onnxruntime's (light_models.softmax_is_ill_conditioned)
+        logits = light_models.without_final_softmax(model)
+        folded = ptxc.import_onnx(logits)
+        assert run("fold-constants", folded) is True
+        (ref,) = light_models.onnxruntime_outputs(logits, inputs).values()
+        assert light_models.softmax_is_ill_conditioned(ref)
+        (got,) = interpret(folded, inputs).values()
+        light_models.assert_matches_reference(got, ref)
 
 
 # ---- cancel-transposes ----------------------------------------------------------------------
