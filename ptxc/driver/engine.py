@@ -153,11 +153,13 @@ class Engine:
                        device_bytes=self.program.device_bytes)
         return out
 
-    def save(self, path) -> None:
+    def save(self, path, key=None) -> None:
         """Write this engine to a plan file; ``ptxc.load(path)`` reads it back without
-        recompiling the model (see :mod:`ptxc.driver.plan`)."""
+        recompiling the model (see :mod:`ptxc.driver.plan`). ``key`` (bytes or str, or
+        ``PTXC_PLAN_KEY``): sign it with HMAC-SHA256; loading then needs the same key
+        (:mod:`ptxc.driver.plan_trust`)."""
         from .plan import save_plan
-        save_plan(self, path)
+        save_plan(self, path, key=key)
 
     def run(self, inputs: dict) -> dict:
         """Run one inference: inputs by name, outputs by name (fresh arrays). Safe to call from

@@ -102,7 +102,13 @@ FORMAT_VERSION = 1
 FORMAT_NAME = "ptxc-plan"
 ALIGN = 64
 CAUSES = ("magic", "truncated", "format", "checksum", "header", "blob", "version", "target",
-          "code")
+          "code", "file", "signature")
+#: the LLVM intrinsics a cpu plan's IR may declare: those loop-to-llvm emits (by name prefix,
+#: before the type suffix); anything else (``llvm.trap``, ``llvm.memcpy``, ...) is refused
+INTRINSICS = ("llvm.exp.", "llvm.log.", "llvm.sqrt.", "llvm.floor.", "llvm.ceil.",
+              "llvm.fabs.", "llvm.pow.", "llvm.fptosi.sat.", "llvm.fptoui.sat.")
+#: the largest element count or trip count a header may give (far above any real tensor)
+MAX_COUNT = 2**48
 BLOB_KINDS = ("llvm", "ptx", "weight", "object")
 #: the dtypes a blob may have: numbers only (an object dtype would be a way to smuggle pointers)
 DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
@@ -372,9 +378,11 @@ def _object_code(header: dict, blobs: dict, source: str) -> bytes | None:
     return obj.tobytes()
 
 
-def save_plan(engine, path) -> None:
-    """Write ``engine`` to ``path`` (atomically: a crash leaves the old file or none)."""
-    data = plan_to_bytes(engine)
+def save_plan(engine, path, key=None) -> None:
+    """Write ``engine`` to ``path`` (atomically: a crash leaves the old file or none); with
+    ``key`` (or ``PTXC_PLAN_KEY``) the plan is signed (:mod:`ptxc.driver.plan_trust`)."""
+    from .plan_trust import sign
+    data = sign(plan_to_bytes(engine), key)
     path = os.fspath(path)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".ptxc-plan-")
     try:
@@ -387,17 +395,15 @@ def save_plan(engine, path) -> None:
         raise
 
 
-def load_plan(path, *, threads: int | None = None):
-    """Read the plan at ``path`` into an Engine (see the module docstring for what runs)."""
+def load_plan(path, *, threads: int | None = None, key=None):
+    """Read the plan at ``path`` into an Engine (see the module docstring for what runs). The
+    file is read under the trust model of :mod:`ptxc.driver.plan_trust`: a regular file, its
+    prefix checked before the rest is read, and its signature checked against ``key`` (or
+    ``PTXC_PLAN_KEY``)."""
+    from .plan_trust import read_plan_file, verify
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            buf = _aligned_empty(size)
-            got = f.readinto(memoryview(buf)) if size else 0
-    except OSError as e:
-        raise PlanError(f"{path}: cannot read the plan: {e}") from None
-    return engine_from_plan(buf[:got], threads=threads, source=path)
+    buf = verify(read_plan_file(path, MAGIC, FORMAT_VERSION, ALIGN), key, path)
+    return engine_from_plan(buf, threads=threads, source=path)
 
 
 @functools.lru_cache(maxsize=None)
@@ -452,6 +458,7 @@ def _kernel_table(header: dict, blobs: dict, source: str):
     from ..ir.types import TensorType, scalar_from_numpy
     from ..lower.loop_to_llvm import KernelTable
     try:
+        _check_table_fields(header["kernel_table"])
         table = KernelTable.from_json(header["kernel_table"])
         for s in table.slots:
             if s.kind not in ("arg", "alloc", "global") or s.dtype not in DTYPES:
@@ -465,6 +472,11 @@ def _kernel_table(header: dict, blobs: dict, source: str):
                     and _is_int(k.trip_count) and k.trip_count >= 0 and _is_int(k.work)
                     and isinstance(k.parallel, bool)):
                 raise ValueError(f"kernel {k.name!r}")
+            most = max([table.slots[i].span for i in k.buffers] + [1])
+            if header.get("target") != "cuda" and k.trip_count > most:
+                # every kernel's outer loop indexes one of its buffers along that range
+                raise ValueError(f"kernel {k.name!r}: trip_count {k.trip_count} is larger than "
+                                 f"any of its buffers ({most} elements)")
             if header.get("target") == "cuda":
                 dims = (k.grid, k.block)
                 if not (all(isinstance(d, tuple) and len(d) == 3
@@ -481,7 +493,7 @@ def _kernel_table(header: dict, blobs: dict, source: str):
         bindings = header["bindings"]
         have = {d: [(b["name"], list(b["shape"]), b["dtype"]) for b in bindings[d]]
                 for d in ("inputs", "outputs")}
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, IndexError) as e:
         raise _refuse("header", f"malformed kernel table or bindings ({type(e).__name__}: {e})",
                       source) from None
     for d, names in (("inputs", table.inputs), ("outputs", table.outputs)):
@@ -520,6 +532,61 @@ def _calls_not_by_name(text: str) -> bool:
     return False
 
 
+def _check_table_fields(d: dict) -> None:
+    """Every integer field of the header's kernel table is an int within sane bounds (before
+    anything computes with it: a dimension of 10**30 would overflow numpy or ctypes), and the
+    scratch and binding slots fit the host's memory. A failure is a ValueError naming the
+    field, which the caller turns into a PlanError."""
+    from .plan_trust import host_memory_bytes
+    limit = host_memory_bytes()
+
+    def count(where, v, lo=0, hi=MAX_COUNT):
+        if not (_is_int(v) and lo <= v <= hi):
+            raise ValueError(f"{where} is {v!r}, not an int in [{lo}, {hi}]")
+
+    slots = d["slots"]
+    kernels = d["kernels"]
+    if not isinstance(slots, list) or not isinstance(kernels, list):
+        raise ValueError("slots and kernels must be lists")
+    for i, s in enumerate(slots):
+        where = f"slot #{i} ({s.get('name')!r})"
+        shape, strides = s["shape"], s["strides"]
+        if not isinstance(shape, list) or not isinstance(strides, list) \
+                or len(shape) != len(strides) or len(shape) > 64:
+            raise ValueError(f"{where}: shape/strides are not two lists of one length <= 64")
+        for k, v in enumerate(shape):
+            count(f"{where} shape[{k}]", v)
+        for k, v in enumerate(strides):
+            count(f"{where} strides[{k}]", v, -MAX_COUNT, MAX_COUNT)
+        count(f"{where} offset", s["offset"])
+        count(f"{where} span", s["span"])
+        count(f"{where} first", s.get("first", -1), -1)
+        count(f"{where} last", s.get("last", -1), -1)
+        if s.get("dtype") in DTYPES and s.get("kind") in ("alloc", "arg"):
+            nbytes = s["span"] * np.dtype(s["dtype"]).itemsize
+            if nbytes > limit:
+                raise ValueError(f"{where}: span of {nbytes:,} bytes is more than this host's "
+                                 f"memory ({limit:,} bytes)")
+    for i, k in enumerate(kernels):
+        where = f"kernel #{i} ({k.get('name')!r})"
+        count(f"{where} trip_count", k["trip_count"])
+        count(f"{where} work", k["work"], 0, 2**62)
+        if not isinstance(k["buffers"], list):
+            raise ValueError(f"{where}: buffers is not a list")
+        for j, v in enumerate(k["buffers"]):
+            count(f"{where} buffers[{j}]", v, 0, len(slots) - 1)
+        count(f"{where} shared_bytes", k.get("shared_bytes", 0), 0, 1 << 20)
+        for what in ("grid", "block"):
+            if k.get(what) is not None:
+                if not isinstance(k[what], list) or len(k[what]) != 3:
+                    raise ValueError(f"{where}: {what} is not 3 ints")
+                for j, v in enumerate(k[what]):
+                    count(f"{where} {what}[{j}]", v, 1, 2**31 - 1)
+    checks = d.get("checks", [])
+    if not isinstance(checks, list) or not all(isinstance(c, str) for c in checks):
+        raise ValueError("checks is not a list of strings")
+
+
 def _check_code(text: str, table, source: str) -> None:
     """The stored IR parses and keeps to what loop-to-llvm emits; see the module docstring."""
     import llvmlite.binding as llvm
@@ -536,9 +603,10 @@ def _check_code(text: str, table, source: str) -> None:
     suspicious = _calls_not_by_name(text)
     for f in mod.functions:
         if f.is_declaration:
-            if not (f.name.startswith("llvm.") or f.name in allowed):
+            if not (f.name.startswith(INTRINSICS) or f.name in allowed):
                 raise _refuse("code", f"the IR declares {f.name!r}, which is neither a C math "
-                              "function of the runtime nor an LLVM intrinsic", source)
+                              "function of the runtime nor an LLVM intrinsic ptxc emits",
+                              source)
             continue
         k = kernels.get(f.name)
         if k is None:
@@ -578,6 +646,13 @@ def _stored_memory_plan(header: dict, table, source: str):
         plan = MemoryPlan.from_json(d)
     except PlanError as e:
         raise _refuse("header", str(e), source) from None
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
+        raise _refuse("header", f"malformed memory plan ({type(e).__name__}: {e})",
+                      source) from None
+    from .plan_trust import host_memory_bytes
+    if not (_is_int(plan.arena_bytes) and 0 <= plan.arena_bytes <= host_memory_bytes()):
+        raise _refuse("header", f"memory_plan.arena_bytes {plan.arena_bytes!r} is more than "
+                      f"this host's memory ({host_memory_bytes():,} bytes)", source)
     want = [(b.name, b.size, b.first, b.last)
             for b in buffers_from_slots([s for s in table.slots if s.kind == "alloc"])]
     have = [(b.name, b.size, b.first, b.last) for b in plan.buffers]

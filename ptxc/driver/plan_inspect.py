@@ -7,19 +7,30 @@ plan (arena, lower bound, offsets) and the blobs (LLVM IR or PTX, weights).
 
 from __future__ import annotations
 
-from ..errors import PlanError
-from .plan import decode_plan
+from ..errors import PlanError, PtxcError
+from .plan import ALIGN, FORMAT_VERSION, MAGIC, decode_plan
+from .plan_trust import read_plan_file, strip_signature
 
 
 def inspect_plan(path) -> str:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise PlanError(f"{path}: cannot read plan: {e.strerror or e}") from None
+    """The report; a file that is no plan, or a header of unexpected shape, is a PlanError
+    (only typed errors: the header is untrusted data, read under the same rules as ``load``,
+    without the signature check: inspecting runs nothing)."""
+    data, signed = strip_signature(read_plan_file(path, MAGIC, FORMAT_VERSION, ALIGN))
     header, _ = decode_plan(data, str(path))
+    try:
+        return _report(path, data, header, signed)
+    except PtxcError:
+        raise
+    except Exception as e:  # noqa: BLE001  (a checksum-valid header of unexpected shape)
+        raise PlanError(f"{path}: the header has fields of unexpected types or values "
+                        f"({type(e).__name__}: {e}) [header]") from None
+
+
+def _report(path, data, header: dict, signed: bool) -> str:
     out = [f"plan {path}: {len(data):,} bytes, format {header.get('format')} "
-           f"v{header.get('format_version')}, ptxc {header.get('ptxc_version')}"]
+           f"v{header.get('format_version')}, ptxc {header.get('ptxc_version')}"
+           + ("; signed (HMAC-SHA256, not verified by inspect)" if signed else "")]
     arch = header.get("arch")
     out.append(f"target: {header.get('target')}" + (f" ({arch})" if arch else "")
                + f"; options: {header.get('options')}")

@@ -1,0 +1,163 @@
+"""The plan trust model (issue 13; ptxc/driver/plan_trust.py and the header checks of
+ptxc/driver/plan.py): files are read only when regular and only after their prefix checks out;
+every kernel-table field is bounded; the IR may declare only the intrinsics ptxc emits;
+``inspect`` raises only typed errors; HMAC-SHA256 signing.
+
+Crafted plans here carry a recomputed checksum (``repack``), as an attacker's would."""
+
+import os
+
+import numpy as np
+import pytest
+
+import ptxc
+from ptxc.driver.engine import Engine
+from ptxc.driver.plan import engine_from_plan, plan_to_bytes
+from ptxc.driver.plan_inspect import inspect_plan
+from ptxc.errors import PlanError
+from test_loop_dialect import PROGRAMS
+from test_plan import edited, refused, repack, split
+
+
+@pytest.fixture(scope="module")
+def engine():
+    m, inputs, _ = PROGRAMS["weights"]()
+    return Engine.for_cpu(m), inputs
+
+
+@pytest.fixture(scope="module")
+def good(engine):
+    return plan_to_bytes(engine[0])
+
+
+def load_refused(path, cause, *words, **kw):
+    with pytest.raises(PlanError) as e:
+        ptxc.load(path, **kw)
+    assert getattr(e.value, "cause", None) == cause, str(e.value)
+    for w in words:
+        assert w in str(e.value), (w, str(e.value))
+
+
+# ---- reading the file ----------------------------------------------------------------------
+
+def test_fifo_and_directory_are_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "p.plan"
+    os.mkfifo(fifo)  # opening it for reading would block forever without a writer
+    load_refused(fifo, "file", "regular file")
+    load_refused(tmp_path, "file", "regular file")
+    with pytest.raises(PlanError):
+        inspect_plan(fifo)
+
+
+def test_huge_sparse_file_is_refused_before_it_is_read(tmp_path, good):
+    p = tmp_path / "big.plan"
+    with open(p, "wb") as f:
+        f.write(b"NOTAPLAN" + b"\0" * 12)
+        f.truncate(64 << 30)  # 64 GiB, sparse: reading it would exhaust memory
+    load_refused(p, "magic")
+    with open(p, "r+b") as f:
+        f.write(good[:20])  # a real prefix: the size is then what refuses it
+    load_refused(p, "file", "larger than this host's memory")
+    with open(p, "r+b") as f:  # a header length of 2**40
+        f.seek(12)
+        f.write((1 << 40).to_bytes(8, "little"))
+    load_refused(p, "header", "header length")
+
+
+# ---- header fields -------------------------------------------------------------------------
+
+def test_a_slot_dimension_of_10_to_the_30_is_a_plan_error(good):
+    def big(h):
+        s = h["kernel_table"]["slots"][0]
+        s["shape"] = [10**30] + s["shape"][1:]
+    bad = edited(good, big)
+    refused(bad, "header", "shape[0]", str(10**30))
+
+
+def test_an_oversized_trip_count_is_refused(good):
+    bad = edited(good, lambda h: h["kernel_table"]["kernels"][0].update(trip_count=1 << 40))
+    refused(bad, "header", "trip_count")
+    bad = edited(good, lambda h: h["kernel_table"]["kernels"][0].update(trip_count=10**30))
+    refused(bad, "header", "trip_count")
+
+
+def test_a_scratch_slot_beyond_host_memory_is_refused(good):
+    def grow(h):
+        for s in h["kernel_table"]["slots"]:
+            if s["kind"] == "arg":
+                s["span"] = 2**47
+                return
+    refused(edited(good, grow), "header", "host's memory")
+
+
+def test_a_trap_call_with_a_recomputed_checksum_is_refused(good):
+    header, section = split(good)
+    blob = next(b for b in header["blobs"] if b["kind"] == "llvm")
+    text = section[blob["offset"]:blob["offset"] + blob["nbytes"]].decode()
+    at = text.index("entry:", text.index("define void @")) + len("entry:")
+    evil = text[:at] + "\n  call void @llvm.trap()" + text[at:] \
+        + "\ndeclare void @llvm.trap()\n"
+    data = evil.encode()
+    blob["nbytes"] = len(data)
+    blob["shape"] = [len(data)]
+    # put the new text at the end of the section (64-aligned)
+    at = -(-len(section) // 64) * 64
+    blob["offset"] = at
+    new_section = section + b"\0" * (at - len(section)) + data
+    new_section += b"\0" * (-len(new_section) % 64)
+    header["data_bytes"] = len(new_section)
+    refused(repack(header, new_section), "code", "llvm.trap")
+
+
+# ---- inspect ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("edit", [
+    lambda h: h.update(bindings={"inputs": [{"name": 1}], "outputs": 5}),
+    lambda h: h.update(kernel_table={"kernels": [{"buffers": [99]}], "slots": "x"}),
+    lambda h: h.update(memory_plan={"arena_bytes": "many"}),
+    lambda h: h["kernel_table"]["kernels"].append(None),
+])
+def test_inspect_raises_only_typed_errors(good, tmp_path, edit):
+    p = tmp_path / "odd.plan"
+    p.write_bytes(edited(good, edit))
+    try:
+        inspect_plan(p)
+    except PlanError:
+        pass
+    with pytest.raises(PlanError):
+        ptxc.load(p)
+
+
+# ---- signing ----------------------------------------------------------------------------------
+
+def test_signed_plans(engine, tmp_path, monkeypatch):
+    e, inputs = engine
+    want = e.run(inputs)
+    p = tmp_path / "s.plan"
+    e.save(p, key="sesame")
+    assert ptxc.load(p, key="sesame").run(inputs)["y"].tobytes() == want["y"].tobytes()
+    assert ptxc.load(p, key=b"sesame").run(inputs)["y"].tobytes() == want["y"].tobytes()
+    load_refused(p, "signature", "give its key")
+    load_refused(p, "signature", "does not match", key="other")
+    monkeypatch.setenv("PTXC_PLAN_KEY", "sesame")
+    ptxc.load(p)  # the key from the environment
+    u = tmp_path / "u.plan"
+    monkeypatch.delenv("PTXC_PLAN_KEY")
+    e.save(u)
+    ptxc.load(u)  # unsigned, no key: loads
+    load_refused(u, "signature", "not signed", key="sesame")
+    # a signed plan changed after signing, checksum recomputed: the HMAC catches it
+    data = p.read_bytes()
+    body, trailer = data[:-40], data[-40:]
+    header, section = split(body)
+    header["ptxc_note"] = "changed"
+    (tmp_path / "t.plan").write_bytes(repack(header, section) + trailer)
+    load_refused(tmp_path / "t.plan", "signature", "does not match", key="sesame")
+    assert "signed" in inspect_plan(p)
+
+
+def test_engine_from_plan_bytes_still_refuses_garbage():
+    with pytest.raises(PlanError):
+        engine_from_plan(b"PTXCPLAN" + b"\xff" * 40)
+    with pytest.raises(PlanError):
+        engine_from_plan(np.zeros(3, np.uint8))
