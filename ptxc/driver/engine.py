@@ -29,6 +29,25 @@ from ..ir.interpreter import check_inputs
 from ..ir.types import TensorType
 
 
+def check_host_memory(plan, table, limit: int | None = None) -> None:
+    """Refuse, before anything is allocated, an arena the host cannot hold: a CompileError
+    naming the largest scratch buffer and the layer (ONNX node) that first writes it, instead
+    of a bare MemoryError at the first run (e.g. an LRN with size=2**31)."""
+    from .plan_trust import host_memory_bytes
+    limit = host_memory_bytes() if limit is None else limit
+    if plan.arena_bytes <= limit:
+        return
+    from ..errors import CompileError
+    slots = {s.name: s for s in table.slots if s.kind == "alloc"}
+    big = max(plan.buffers, key=lambda b: b.size)
+    s = slots.get(big.name)
+    layer = table.kernels[s.first].loc if s is not None and 0 <= s.first < len(
+        table.kernels) else None
+    raise CompileError(f"the scratch memory plan needs {plan.arena_bytes:,} bytes, more than "
+                       f"this host's {limit:,}: the largest buffer {big.name!r} "
+                       f"({big.size:,} bytes) is written by layer {layer!r}")
+
+
 def _bindings(table) -> tuple[dict, dict]:
     """(inputs, outputs): name -> TensorType of a kernel table's argument slots, in order."""
     slots = {s.name: s for s in table.slots if s.kind == "arg"}
@@ -66,6 +85,7 @@ class Engine:
         plan = plan_memory(buffers_from_slots([s for s in program.table.slots
                                                if s.kind == "alloc"]))
         plan.validate()
+        check_host_memory(plan, program.table)
         timings["memory_plan"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         kwargs = {} if threads is None else {"threads": threads}
