@@ -1,0 +1,146 @@
+"""The fuzz harness: generates cases with hypothesis (cases.py), runs each in the worker child
+(worker.py) with a timeout, counts outcomes, and saves every crash, hang and untyped error
+under tests/fuzz/crashes/ (replayed by test_regressions.py).
+
+Outcomes: ``ok`` (ran, or refused with a typed PtxcError: both are right answers to hostile
+input), ``untyped`` (an exception that is no PtxcError), ``crash`` (the worker died: a signal
+or an exit), ``hang`` (no answer within the timeout; the worker is killed)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import select
+import struct
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CRASHES = os.path.join(HERE, "crashes")
+TARGETS = ("model", "plan", "inputs")
+
+
+def base_model():
+    """Gather (run-time indices) then Relu: the engine the input and plan fuzzers use."""
+    from onnx import TensorProto, helper
+    nodes = [helper.make_node("Gather", ["d", "i"], ["g"], axis=0, name="g"),
+             helper.make_node("Relu", ["g"], ["y"], name="r")]
+    g = helper.make_graph(nodes, "base",
+                          [helper.make_tensor_value_info("d", TensorProto.FLOAT, [5, 4]),
+                           helper.make_tensor_value_info("i", TensorProto.INT64, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def base_plan() -> bytes:
+    import ptxc
+    from ptxc.driver.plan import plan_to_bytes
+    return plan_to_bytes(ptxc.compile(base_model(), target="cpu"))
+
+
+class Worker:
+    """One worker child; restarted after a crash or hang."""
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        self.proc = None
+
+    def start(self):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "tests")])}
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.fuzz.worker"], cwd=ROOT,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=env)
+
+    def stop(self):
+        if self.proc is not None:
+            try:
+                self.proc.kill()
+                self.proc.wait(10)
+            except Exception:  # noqa: BLE001
+                pass
+            self.proc = None
+
+    def run(self, target: str, payload: bytes) -> dict:
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+        msg = json.dumps({"target": target, "hex": payload.hex()}).encode()
+        try:
+            self.proc.stdin.write(struct.pack("<I", len(msg)) + msg)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return self._dead()
+        ready, _, _ = select.select([self.proc.stdout], [], [], self.timeout)
+        if not ready:
+            self.stop()
+            return {"outcome": "hang", "error": f"no answer in {self.timeout:g} s"}
+        line = self.proc.stdout.readline()
+        if not line:
+            return self._dead()
+        return json.loads(line)
+
+    def _dead(self) -> dict:
+        rc = self.proc.wait(10)
+        self.proc = None
+        return {"outcome": "crash", "error": f"worker died: return code {rc}"}
+
+
+def save(target: str, payload: bytes, result: dict) -> str:
+    os.makedirs(CRASHES, exist_ok=True)
+    name = f"{target}-{hashlib.sha1(payload).hexdigest()[:16]}"
+    with open(os.path.join(CRASHES, name + ".bin"), "wb") as f:
+        f.write(payload)
+    with open(os.path.join(CRASHES, name + ".json"), "w") as f:
+        json.dump({"target": target, **result}, f)
+    return name
+
+
+def fuzz(target: str, seconds: float, timeout: float, worker: Worker, counts: dict,
+         log=print) -> None:
+    from hypothesis import HealthCheck, Phase, given, settings
+    from . import cases
+    strategy = {"model": cases.models(), "inputs": cases.run_inputs(),
+                "plan": cases.plans(base_plan()) if target == "plan" else None}[target]
+    deadline = time.monotonic() + seconds
+
+    @settings(max_examples=25, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def batch(payload):
+        if time.monotonic() > deadline:
+            return
+        r = worker.run(target, payload)
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+        if r["outcome"] in ("crash", "hang", "untyped"):
+            log(f"  {target}: {r['outcome']}: {r['error']} -> {save(target, payload, r)}")
+
+    while time.monotonic() < deadline:
+        batch()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.fuzz")
+    ap.add_argument("--minutes", type=float, default=2.0, help="total time (split over targets)")
+    ap.add_argument("--target", choices=TARGETS + ("all",), default="all")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case")
+    a = ap.parse_args(argv)
+    targets = TARGETS if a.target == "all" else (a.target,)
+    worker = Worker(a.timeout)
+    bad = 0
+    try:
+        for t in targets:
+            counts: dict = {}
+            t0 = time.monotonic()
+            fuzz(t, a.minutes * 60 / len(targets), a.timeout, worker, counts)
+            n = sum(counts.values())
+            print(f"fuzz {t}: {n} cases in {time.monotonic() - t0:.0f} s: "
+                  f"{counts.get('ok', 0)} ok, {counts.get('typed', 0)} typed errors, "
+                  f"{counts.get('crash', 0)} crashes, {counts.get('hang', 0)} hangs, "
+                  f"{counts.get('untyped', 0)} untyped errors", flush=True)
+            bad += counts.get("crash", 0) + counts.get("hang", 0) + counts.get("untyped", 0)
+    finally:
+        worker.stop()
+    return 1 if bad else 0
