@@ -22,6 +22,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CRASHES = os.path.join(HERE, "crashes")
 TARGETS = ("model", "plan", "inputs")
+#: seconds a new worker may take to import ptxc (not counted against any case)
+STARTUP_TIMEOUT = 900
 
 
 def base_model():
@@ -54,6 +56,12 @@ class Worker:
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.fuzz.worker"], cwd=ROOT,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=env)
+        # the start (importing ptxc) is not part of any case's time: wait for "ready"
+        ready, _, _ = select.select([self.proc.stdout], [], [], STARTUP_TIMEOUT)
+        line = self.proc.stdout.readline() if ready else b""
+        if not line:
+            self.stop()
+            raise RuntimeError(f"the fuzz worker did not start in {STARTUP_TIMEOUT} s")
 
     def stop(self):
         if self.proc is not None:
