@@ -60,6 +60,9 @@ _LIBM = ["tanh", "erf", "exp", "expf", "log", "logf", "pow", "powf", "sqrt", "sq
          "floorf", "ceil", "ceilf", "fabs", "fabsf", "fmax", "fmaxf", "fmin", "fminf", "exp2",
          "exp2f", "tanhf", "erff"]
 _LIBGCC = ["__truncdfhf2", "__truncsfhf2", "__extendhfsf2", "__extendhfdf2"]
+# the trigonometric and hyperbolic functions math.* ops call (llvm_scalar._TRIG), double and float
+from ..lower.llvm_scalar import _TRIG  # noqa: E402
+_LIBM += [f for n in _TRIG for f in (n, n + "f")]
 
 
 class BufferAllocator(Protocol):
