@@ -216,3 +216,35 @@ def test_inspect_names_the_tile_and_precision(tmp_path):
     engine.save(tmp_path / "mm.plan")
     text = inspect_plan(tmp_path / "mm.plan")
     assert "schedule mma [f16 32x64x64 warps 1x2 stages 3 split-K 4]" in text
+
+
+def two_matmuls():
+    """relu(cast(a) @ cast(b) + bias) and cast(a2) @ cast(b), in one module (f16 inputs)."""
+    from onnx import TensorProto, helper
+    model = matmul_model(M=128, K=128, N=128)
+    g = model.graph
+    g.input.append(helper.make_tensor_value_info("a2", TensorProto.FLOAT16, [128, 128]))
+    g.node.append(helper.make_node("Cast", ["a2"], ["a2f"], to=TensorProto.FLOAT, name="c2"))
+    g.node.append(helper.make_node("MatMul", ["a2f", "bf"], ["z"], name="mm2"))
+    g.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [128, 128]))
+    return model
+
+
+def test_static_and_dynamic_shared_kernels_in_one_module():
+    """One module, two mma kernels, one with static and one with dynamic shared memory: the
+    intrinsics are declared once with opaque pointers (a ResNet-50 compile failed on typed
+    ones: 'i8 addrspace(3)* != half addrspace(3)*')."""
+    model = two_matmuls()
+    m = loop_module(model)
+    x = inputs_for(model)
+    want = run_main(m, x)
+    nests = [o for o in m.walk() if o.name == "loop.parallel" and
+             contraction.analyze(o) is not None]
+    assert len(nests) == 2
+    for op, cfg in zip(nests, (mma.Config(64, 64, 2, 2, 32, stages=2), BIG)):
+        mma.build(contraction.analyze(op), cfg)
+        op.erase()
+    PassManager("map-to-gpu").run(m)
+    check_close(run_main(m, x), want)
+    p = lower_to_ptx(m, arch="sm_90")
+    assert sorted(k.dynamic_shared for k in p.table.kernels if k.schedule == "mma") == [0, 65536]

@@ -63,6 +63,15 @@ def _unpack(b: ir.IRBuilder, reg: ir.Value, el: str) -> list:
     return [b.extract_element(v, ir.Constant(I32, j)) for j in range(vec.count)]
 
 
+def _ptr(p: ir.Value) -> ir.PointerType:
+    """The opaque pointer type of ``p``'s address space: the intrinsics are declared once per
+    module with opaque pointer parameters, which llvmlite matches with any pointer of that
+    space (a static ``[n x half]`` array's GEP and a dynamic ``[0 x i8]`` GEP alike; declared
+    with the first call's typed pointer, the other call failed: 'half addrspace(3)* != i8
+    addrspace(3)*')."""
+    return ir.PointerType(addrspace=p.type.addrspace)
+
+
 def emit(k, op: Operation) -> None:
     """Emit ``op`` (one of :data:`OPS`) into GPU kernel emitter ``k`` (loop_to_llvm's)."""
     b, name = k.b, op.name
@@ -110,7 +119,7 @@ def _ldmatrix(k, op: Operation) -> None:
     ptr = k.address(buf, op.operands[1:])
     fname = f"llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{num}{'.trans' if trans else ''}.b16.p3"
     ret = ir.LiteralStructType([I32] * num) if num > 1 else I32
-    res = k.b.call(k.declare(fname, ret, [ptr.type]), [ptr])
+    res = k.b.call(k.declare(fname, ret, [_ptr(ptr)]), [ptr])
     regs = [k.b.extract_value(res, i) for i in range(num)] if num > 1 else [res]
     vals = [v for reg in regs for v in _unpack(k.b, reg, el)]
     for r, v in zip(op.results, vals):
@@ -126,5 +135,5 @@ def _cp_async(k, op: Operation) -> None:
     size = k.b.select(k.vals[g["pred"]], ir.Constant(I32, n), ir.Constant(I32, 0))
     kind = "cg" if n == 16 else "ca"
     f = k.declare(f"llvm.nvvm.cp.async.{kind}.shared.global.{n}.s", ir.VoidType(),
-                  [dst.type, src.type, I32])
+                  [_ptr(dst), _ptr(src), I32])
     k.b.call(f, [dst, src, size])
