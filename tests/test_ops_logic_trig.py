@@ -3,7 +3,7 @@
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 import ptxc
 from new_ops import check_model, graph_model
@@ -111,3 +111,21 @@ def test_range_float_and_runtime_inputs_are_shape_inputs():
               "d": np.array(-0.75, np.float32)}
     out = ptxc.compile(m, target="cpu", constant_inputs=consts).run({})["r"]
     np.testing.assert_allclose(out, np.arange(1.5, -2.0, -0.75, dtype=np.float32))
+
+
+def test_float_to_narrow_int_cast_wraps_as_onnxruntime():
+    """Issue 11: the compiled float->uint8 cast saturated where the interpreter and onnxruntime
+    wrap; both now wrap (values within int64)."""
+    x = np.array([300.0, -1.0, 255.9, 511.0, -129.5, 70000.0, 3.7, -3.7], np.float32)
+    nodes = [helper.make_node("Cast", ["x"], ["u8"], to=2), helper.make_node("Cast", ["x"], ["i8"], to=3),
+             helper.make_node("Cast", ["x"], ["i16"], to=5)]
+    check_model(graph_model(nodes, {"x": x}, ["u8", "i8", "i16"]), {"x": x}, cuda=False)
+
+
+def test_batch_normalization_negative_epsilon_is_refused():
+    x = rand(1, 2, 3, 3)
+    p = [numpy_helper.from_array(np.ones(2, np.float32), n) for n in ("s", "b", "m", "v")]
+    m = graph_model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"],
+                                      epsilon=-1.0, name="bn")], {"x": x}, ["y"], inits=p)
+    with pytest.raises(ptxc.ModelError, match="'bn'.*epsilon must be >= 0"):
+        ptxc.import_onnx(m)

@@ -14,9 +14,11 @@ exact (add, sub, mul, div, sqrt, comparisons, casts). Choices that keep to the r
 * ``math.tanh``/``math.erf`` call libm's double ``tanh``/``erf`` (resolved by the JIT from the
   process, see :mod:`ptxc.driver.cpu`) and round the result to the operand's type; the reference
   computes erf in float64 too. f16 goes through f32 as numpy does.
-* float-to-int ``arith.cast`` truncates toward zero with ``llvm.fpto[su]i.sat``: NaN and
-  out-of-range values (undefined in the reference: numpy's result is platform-specific) give a
-  defined saturated value instead of poison.
+* float-to-int ``arith.cast`` truncates toward zero. To types narrower than 64 bits it goes
+  through ``llvm.fptosi.sat.i64`` and truncates, so out-of-range values wrap modulo 2**bits as
+  numpy's and onnxruntime's casts do on x86 (300.0 -> ui8 44, -1.0 -> ui8 255; issue 11: the
+  compiled cast used to saturate). To 64-bit types ``llvm.fpto[su]i.sat``: NaN and values
+  beyond the range give a defined saturated value instead of poison.
 * On the GPU (``math_library = "libdevice"``) every math function and float ``pow`` calls
   libdevice's ``__nv_<fn>f`` (f32) or ``__nv_<fn>`` (f64); f16 goes through the f32 function and
   rounds back, as numpy computes f16 math in f32. NVPTX has no libm, and LLVM lowers
@@ -148,6 +150,9 @@ class ScalarEmitter:
                 return v
             return b.fpext(v, dt) if dst.bitwidth > src.bitwidth else b.fptrunc(v, dt)
         if src.is_float:
+            if dst.bitwidth < 64:  # wrap as numpy and onnxruntime do: via i64, then truncate
+                f = self.declare(f"llvm.fptosi.sat.i64.{_FSUFFIX[src.name]}", I64, [st])
+                return b.trunc(b.call(f, [v]), dt)
             kind = "fptosi" if dst.is_signed else "fptoui"
             f = self.declare(f"llvm.{kind}.sat.i{dst.bitwidth}.{_FSUFFIX[src.name]}", dt, [st])
             return b.call(f, [v])

@@ -26,8 +26,11 @@ def batch_normalization(ctx: ConvertContext):
             spatial = " (spatial=0 with per-position statistics is not supported)" if \
                 ctx.opset < 9 and int(ctx.attr("spatial", 1)) == 0 else ""
             raise ctx.error(f"{name} must have shape [{channels}], got {t}{spatial}")
+    eps = float(ctx.attr("epsilon", 1e-5))
+    if not eps >= 0:  # onnxruntime refuses it too; var + eps could go negative (NaN outputs)
+        raise ctx.error(f"epsilon must be >= 0, got {eps}")
     return ctx.emit("graph.batch_normalization", [ctx.input(i) for i in range(5)],
-                    {"epsilon": float(ctx.attr("epsilon", 1e-5))})
+                    {"epsilon": eps})
 
 
 @converter("InstanceNormalization")
