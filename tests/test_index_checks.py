@@ -155,3 +155,43 @@ def test_cuda_bad_index_raises_then_next_run_is_right():
             e.run({"d": DATA, "i": np.array([0, bad, 1], np.int64)})
         good = np.array([4, -5, 0], np.int64)
         np.testing.assert_array_equal(e.run({"d": DATA, "i": good})["y"], np.take(DATA, good, 0))
+
+
+def indexed_model(op, ishape, oshape, **attrs):
+    inputs = [helper.make_tensor_value_info("d", TensorProto.FLOAT, (3, 2)),
+              helper.make_tensor_value_info("i", TensorProto.INT64, ishape)]
+    names = ["d", "i"]
+    if op.startswith("Scatter"):
+        inputs.append(helper.make_tensor_value_info("u", TensorProto.FLOAT, oshape[1]))
+        names.append("u")
+        oshape = oshape[0]
+    g = helper.make_graph([helper.make_node(op, names, ["y"], name="n1", **attrs)], op, inputs,
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, oshape)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+
+
+@pytest.mark.parametrize("op,ishape,oshape,good,bad,attrs", [
+    ("GatherElements", (2, 2), (2, 2), [[0, -1], [2, 1]], [[0, 3], [2, 1]], {"axis": 0}),
+    ("GatherND", (2, 1), (2, 2), [[0], [-1]], [[0], [7]], {}),
+    ("ScatterND", (1, 1), ((3, 2), (1, 2)), [[-1]], [[3]], {}),
+    ("ScatterElements", (1, 2), ((3, 2), (1, 2)), [[0, -3]], [[0, -4]], {"axis": 0}),
+])
+def test_every_indexed_op_checks_its_indices(op, ishape, oshape, good, bad, attrs):
+    """GatherElements, GatherND, ScatterND, ScatterElements: right on valid (negative)
+    indices against onnxruntime; IndexOutOfRangeError on a bad one from the interpreter at every
+    stage and from the cpu engine."""
+    import light_models as lm
+    m = indexed_model(op, ishape, oshape, **attrs)
+    d = np.arange(6, dtype=np.float32).reshape(3, 2)
+    feeds = {"d": d, "i": np.array(good, np.int64)}
+    if op.startswith("Scatter"):
+        feeds["u"] = np.full(oshape[1], 9.0, np.float32)
+    e = ptxc.compile(m, target="cpu")
+    (ref,) = lm.onnxruntime_outputs(m, feeds).values()
+    np.testing.assert_array_equal(e.run(feeds)["y"], ref)
+    feeds["i"] = np.array(bad, np.int64)
+    for stage in ("graph", "tensor", "loop"):
+        with pytest.raises(IndexOutOfRangeError, match="'n1'.*out of range"):
+            ptxc.interpret(ptxc.parse_ir(ptxc.explore(m, stage=stage)), feeds)
+    with pytest.raises(IndexOutOfRangeError, match=f"{op} 'n1'"):
+        e.run(feeds)

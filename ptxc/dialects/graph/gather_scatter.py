@@ -35,7 +35,8 @@ def wrap(op, idx: np.ndarray, n: int, what: str = "indices") -> np.ndarray:
     idx = np.asarray(idx, dtype=np.int64)
     if idx.size and (idx.min() < -n or idx.max() >= n):
         bad = int(idx.min() if idx.min() < -n else idx.max())
-        fail(op, f"{what}: index {bad} out of range [{-n}, {n - 1}]")
+        from ...errors import IndexOutOfRangeError  # the runtimes' error for the same input
+        raise IndexOutOfRangeError(f"{op.where}: {what}: index {bad} out of range [{-n}, {n})")
     return np.where(idx < 0, idx + n, idx)
 
 

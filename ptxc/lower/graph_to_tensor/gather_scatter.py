@@ -1,7 +1,8 @@
 """Indexed reads and writes: ``graph.gather_elements``, ``graph.gather_nd``,
 ``graph.scatter_elements``, ``graph.scatter_nd``. Each is one generic over the result whose body
-reads indices and data with ``tensor.extract`` (a negative index wrapped by ``+ n``, as
-``graph.gather``'s lowering does).
+reads indices and data with ``tensor.extract`` (each index checked and a negative one wrapped
+by ``arith.check_index``, as ``graph.gather``'s lowering does: a bad index is an
+IndexOutOfRangeError at run time).
 
 * gather_elements: over the indices' shape; ``data`` read at the loop indices with the axis
   replaced by the (wrapped) index read through the identity map.
@@ -31,17 +32,19 @@ from ...dialects.tensor.generic import build_generic
 from ...dialects.tensor.maps import identity_map, unit_row
 from ...ir.types import I1, I64, INDEX
 from .common import c, cast, empty, lowers, op_
+from .shape import index_check_name
 
 
 def _dim(bb, d: int):
     return bb.create("tensor.index", [], {"dim": d}).result
 
 
-def _wrap(bb, i, n: int):
-    """``i`` (an integer scalar) as an i64, ``+ n`` where negative."""
-    i = cast(bb, i, I64)
-    neg = op_(bb, "arith.cmp", i, c(bb, 0, I64), predicate="lt")
-    return op_(bb, "arith.select", neg, op_(bb, "arith.add", i, c(bb, n, I64)), i)
+def _wrap(bb, i, n: int, kind: str, op, axis: int):
+    """``i`` (an integer scalar) as an i64, ``+ n`` where negative, checked at run time
+    (``arith.check_index``: an index outside ``[-n, n)`` is an IndexOutOfRangeError naming the
+    op, from the interpreter and from compiled code, never an out-of-bounds read)."""
+    return op_(bb, "arith.check_index", cast(bb, i, I64), size=n,
+               check=index_check_name(kind, op, axis, n))
 
 
 def _extract(bb, t, ids):
@@ -57,7 +60,7 @@ def _gather_elements(op, b):
 
     def body(bb, args):
         ids = [_dim(bb, d) for d in range(n)]
-        ids[axis] = cast(bb, _wrap(bb, args[0], size), INDEX)
+        ids[axis] = cast(bb, _wrap(bb, args[0], size, "GatherElements", op, axis), INDEX)
         return [_extract(bb, data, ids)]
 
     return [build_generic([idx], [empty(b, out)], out.shape, [identity_map(n), identity_map(n)],
@@ -75,7 +78,8 @@ def _gather_nd(op, b):
     def body(bb, args):
         lead = [_dim(bb, d) for d in range(m)]
         comps = [cast(bb, _wrap(bb, _extract(bb, idx, lead + [c(bb, t, INDEX)]),
-                                data.type.shape[bd + t]), INDEX) for t in range(q)]
+                                data.type.shape[bd + t], "GatherND", op, bd + t), INDEX)
+                 for t in range(q)]
         rest = [_dim(bb, d) for d in range(m, n)]
         return [_extract(bb, data, lead[:bd] + comps + rest)]
 
@@ -125,7 +129,8 @@ def _scatter_nd(op, b):
         u, acc = args
         pos = [_dim(bb, r + j) for j in range(p)]
         match = _all(bb, [_eq(bb, _wrap(bb, _extract(bb, idx, pos + [c(bb, t, INDEX)]),
-                                         out.shape[t]), _dim(bb, t)) for t in range(q)])
+                                         out.shape[t], "ScatterND", op, t), _dim(bb, t))
+                          for t in range(q)])
         return [op_(bb, "arith.select", match, _combine(bb, red, acc, u), acc)]
 
     return [build_generic([upd], [data], tuple(out.shape) + tuple(pshape), [upd_map, out_map],
@@ -156,7 +161,7 @@ def _scatter_elements(op, b):
                 t = cast(bb, op_(bb, "arith.min", cast(bb, t, I64), c(bb, ishape[d] - 1, I64)),
                          INDEX)
             ids.append(t)
-        i = _wrap(bb, _extract(bb, idx, ids), out.shape[axis])
+        i = _wrap(bb, _extract(bb, idx, ids), out.shape[axis], "ScatterElements", op, axis)
         conds.append(_eq(bb, i, _dim(bb, axis)))
         u = _extract(bb, upd, ids)
         return [op_(bb, "arith.select", _all(bb, conds), _combine(bb, red, acc, u), acc)]
