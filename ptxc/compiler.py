@@ -209,7 +209,7 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
             key = compile_cache.cache_key(model, target, {
                 "precision": precision, "arch": arch, "input_shapes": input_shapes,
                 "constant_inputs": constant_inputs, "graph_passes": graph_passes,
-                "layout": layout})
+                "layout": layout, "precision_overrides": precision_overrides})
             engine = compile_cache.lookup(key, threads)
             if engine is not None:
                 if target == "cuda":

@@ -15,7 +15,9 @@ constant inputs, the graph pipeline, the stage pipelines), the host (cpu: triple
 features, which the object code depends on) and a hash of ptxc's own source files and the
 llvmlite version, so changing the compiler never serves a stale engine. What a plan cannot carry
 is not cached: a Network or an IR module as the model, ``check_numerics`` (its point is to run
-the passes), ``threads`` (a runtime choice: applied after loading).
+the passes), int8 (its calibration data would have to be part of the key), ``threads`` (a
+runtime choice: applied after loading). A new option of ``compile`` that changes the engine
+must join the key in ``compile``.
 
 Why whole plans and not PTX/object code keyed by the LLVM IR: the Python front of the compiler
 (import, graph/tensor/loop passes) takes most of a ResNet-50 compile's time once codegen is
