@@ -21,7 +21,7 @@ echo "== $(date -u '+%Y-%m-%d %H:%M:%S') UTC, commit $(git rev-parse --short HEA
 nvidia-smi -L 2>&1 | tee -a "$LOG"
 T=300 run "$PY" -m ptxc bench light:resnet50 --target cuda --warmup 20 --iterations 200 \
     --profile --json "$OUT/bench_resnet50.json" --export-profile "$OUT/trace_resnet50.json"
-T=60 run "$PY" -m ptxc bench light:resnet50 --target cuda --cuda-graph off --iterations 100 -q
+T=90 run "$PY" -m ptxc -q bench light:resnet50 --target cuda --cuda-graph off --iterations 100
 T=150 run "$PY" -m ptxc compare light:resnet50 --target cuda --atol 1e-3 --rtol 1e-3 \
     --json "$OUT/compare_resnet50.json"
 T=180 run "$PY" -m pytest -q -m gpu tests/gpu/test_interop.py tests/test_bench.py \
