@@ -112,3 +112,12 @@ def test_einsum():
     feeds = {"a": a, "b": b, "d": d}
     check_model(graph_model(nodes, feeds, ["bmm", "tr", "el", "im"]), feeds, rtol=1e-5,
                 atol=1e-5)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_lp_pool(p):
+    x = rand(1, 2, 5, 6)
+    nodes = [helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 3], strides=[1, 2],
+                              pads=[1, 0, 0, 1], p=p)]
+    check_model(graph_model(nodes, {"x": x}, ["y"], opset=18), {"x": x}, rtol=1e-5, atol=1e-5,
+                cuda=p == 3)

@@ -175,3 +175,30 @@ def einsum(ctx: ConvertContext):
     else:
         out = out.replace("...", fill)
     return ctx.emit("graph.einsum", xs, {"equation": ",".join(new) + "->" + out})
+
+
+@converter("LpPool")
+def lp_pool(ctx: ConvertContext):
+    """LpPool 2, 11, 18 (ceil_mode, dilations): ``(sum over the window of |x|^p)^(1/p)``,
+    composed as AveragePool (count_include_pad: pads are 0) times the window size. With
+    ``ceil_mode`` the windows past the padded input count fewer positions than the kernel's;
+    the average pool then divides by the smaller count and the product is off there (refused)."""
+    from .nn import _pool_attrs
+    attrs = _pool_attrs(ctx)
+    if attrs["ceil_mode"]:
+        raise ctx.error("ceil_mode = 1 is not supported for LpPool")
+    p = int(ctx.attr("p", 2))
+    if p < 1:
+        raise ctx.error(f"p must be >= 1, got {p}")
+    x = ctx.input(0)
+    el = x.type.element
+    xp = ctx.emit1("graph.abs", [x]) if p == 1 else ctx.emit1("graph.mul", [x, x]) if p == 2 \
+        else ctx.emit1("graph.pow", [ctx.emit1("graph.abs", [x]), _const(ctx, float(p), el)])
+    attrs["count_include_pad"] = 1
+    avg = ctx.emit1("graph.average_pool", [xp], attrs)
+    s = ctx.emit1("graph.mul", [avg, _const(ctx, float(np.prod(attrs["kernel_shape"])), el)])
+    if p == 1:
+        return [s]
+    if p == 2:
+        return [ctx.emit1("graph.sqrt", [s])]
+    return [ctx.emit1("graph.pow", [s, _const(ctx, 1.0 / p, el)])]
