@@ -144,7 +144,8 @@ def check_model_file(path: str) -> None:
 #: options that compile a model, and what a plan file has instead
 _COMPILE_ONLY = {"target": ("--target", "auto"), "arch": ("--arch", None),
                  "input_shape": ("--input-shape", None), "precision": ("--precision", "fp32"),
-                 "fp16": ("--fp16", False), "int8": ("--int8", False),
+                 "fp16": ("--fp16", False), "int8": ("--int8", False), "tf32": ("--tf32", False),
+                 "precision_override": ("--precision-override", None),
                  "layout": ("--layout", "nchw")}
 
 
@@ -190,13 +191,33 @@ def _require_gpu() -> None:
                         "inspect work without one; --target cpu runs on this host)")
 
 
+def add_precision_extras(c) -> None:
+    """``--tf32`` and ``--precision-override NODE=fp32`` (``--fp16`` is added with the model
+    options)."""
+    c.add_argument("--tf32", action="store_true", help="compile with precision tf32")
+    c.add_argument("--precision-override", action="append", metavar="NODE=fp32",
+                   help="keep ONNX node NODE in fp32 under --fp16/--tf32 (repeatable)")
+
+
+def precision_overrides(args) -> dict | None:
+    """``--precision-override NODE=P`` (repeatable) -> {NODE: P}."""
+    out = {}
+    for item in getattr(args, "precision_override", None) or ():
+        node, sep, p = item.rpartition("=")
+        if not sep or not node or not p:
+            raise PtxcError(f"--precision-override {item!r}: expected NODE=fp32")
+        out[node] = p
+    return out or None
+
+
 def add_compile_options(c) -> None:
     c.add_argument("--target", default="auto",
                    help="cpu, cuda, or auto (the default: cuda where a GPU is present, else cpu)")
     c.add_argument("--arch", default=None,
                    help="cuda: the arch to compile for, e.g. sm_90 (default: PTXC_CUDA_ARCH, "
                    "the GPU here, else sm_90)")
-    c.add_argument("--precision", default="fp32", help="fp32")
+    c.add_argument("--precision", default="fp32", help="fp32 (the default), tf32 or fp16")
+    add_precision_extras(c)
     c.add_argument("--layout", default="nchw", choices=("nchw", "nhwc", "auto"),
                    help=_LAYOUT_HELP)
     c.add_argument("--input-shape", action="append", metavar="NAME=DIMS",
@@ -209,7 +230,10 @@ def _cmd_explore(args) -> int:
         check_output_dir(args.dump_dir, "--dump-dir")
     path = resolve_model(args.model)
     check_model_file(path)
+    from .cli_tools import requested_precision
     text = explore(path, stage=args.stage, passes=args.passes,
+                   precision=requested_precision(args),
+                   precision_overrides=precision_overrides(args),
                    input_shapes=parse_shapes(args.input_shape),
                    print_ir_after_all=args.print_ir_after_all,
                    print_ir_after_change=args.print_ir_after_change, dump_dir=args.dump_dir,
@@ -263,6 +287,7 @@ def _compile(args, needs_device: bool = False, cuda_graph_opt: bool = False):
             raise PtxcError("--calib and --calib-cache are for --int8")
         calib = {"calibration": args.calib, "calibration_cache": args.calib_cache}
     return compile_model(path, target=target, precision=precision,
+                         precision_overrides=precision_overrides(args),
                          input_shapes=parse_shapes(args.input_shape),
                          layout=getattr(args, "layout", "nchw"), **cuda, **calib)
 
@@ -375,6 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print constant contents (blobs) instead of eliding them")
     e.add_argument("--layout", default="nchw", choices=("nchw", "nhwc", "auto"),
                    help=_LAYOUT_HELP)
+    e.add_argument("--precision", default="fp32", help="fp32 (the default), tf32 or fp16")
+    e.add_argument("--fp16", action="store_true", help="the IR with precision fp16")
+    add_precision_extras(e)
     e.set_defaults(fn=_cmd_explore)
 
     for name, helptext in (("compile", "compile a model; print its bindings, kernels, memory"),

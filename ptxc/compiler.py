@@ -51,7 +51,7 @@ TARGETS = ("cpu", "cuda")
 
 #: stage progress at INFO (the CLI's progress lines), details at DEBUG (``--verbose``)
 log = logging.getLogger("ptxc.compiler")
-PRECISIONS = ("fp32", "int8")
+PRECISIONS = ("fp32", "tf32", "fp16", "int8")
 #: ``layout=``: ONNX's channels-first, channels-last inside (to-channels-last), or the policy
 #: :func:`resolve_layout` (docs/graph-opt.md, "Layout"). The default stays nchw until the mma
 #: schedule consumes channels-last convolutions.
@@ -122,14 +122,33 @@ def check_stage(stage: str, target: str | None = None) -> None:
             raise CompileError(f"stage 'ptx' is the cuda target's; target {target!r} has none")
 
 
+def graph_pipeline(graph_passes: str | None = None, precision: str = "fp32",
+                   precision_overrides: dict | None = None, extra: str = ""):
+    """The graph stage's passes: ``graph_passes`` (default ``graph-opt``), ``extra`` (the layout
+    passes), then, for a reduced ``precision``, ``lower-precision`` (last: after BN folding,
+    fusion and the layout the weights are final; :mod:`ptxc.rewrite.passes.precision`).
+    Pipeline text for fp32, else a list of that text and the pass."""
+    from .rewrite.passes.precision import LowerPrecision, check_precision
+    check_precision(precision, precision_overrides)
+    text = STAGE_PIPELINES["graph"] if graph_passes is None else graph_passes
+    if extra:
+        text = f"{text},{extra}" if text.strip() else extra
+    if precision not in ("fp16", "tf32"):  # int8: quantize_int8 rewrote the model already
+        return text
+    names = tuple(sorted(k for k, v in (precision_overrides or {}).items() if v == "fp32"))
+    return [text, LowerPrecision(precision=precision, overrides=names)]
+
+
 def run_stages(module: Operation, until: str, *, graph_passes: str | None = None,
                timings: dict | None = None, target: str = "cpu", layout: str = DEFAULT_LAYOUT,
-               on_stage=None, **pm_options) -> Operation:
+               on_stage=None, precision: str = "fp32", precision_overrides: dict | None = None,
+               **pm_options) -> Operation:
     """Run the IR stages on ``module`` in place, up to and including ``until`` (graph, tensor or
     loop), with ``target``'s pipelines; ``layout`` (LAYOUTS) appends the channels-last passes
     to the graph stage (after ``graph_passes`` when given). ``pm_options`` go to every
     PassManager (check_numerics, print_ir_after_all, ...); ``on_stage(stage, module)`` is called
-    after each stage."""
+    after each stage; ``precision``/``precision_overrides`` end the graph stage with
+    ``lower-precision`` (:func:`graph_pipeline`)."""
     from .rewrite.pass_manager import PassManager
     order = ["graph", "tensor", "loop"]
     if until not in order:
@@ -137,10 +156,8 @@ def run_stages(module: Operation, until: str, *, graph_passes: str | None = None
     extra = layout_passes(resolve_layout(layout, module, target), target)
     for stage in order[:order.index(until) + 1]:
         pipeline = stage_pipeline(stage, target)
-        if stage == "graph" and graph_passes is not None:
-            pipeline = graph_passes
-        if stage == "graph" and extra:
-            pipeline = f"{pipeline},{extra}" if pipeline.strip() else extra
+        if stage == "graph":
+            pipeline = graph_pipeline(graph_passes, precision, precision_overrides, extra)
         t0 = time.perf_counter()
         log.info("%s stage (%s) ...", stage, pipeline)
         PassManager(pipeline, **pm_options).run(module)
@@ -153,7 +170,7 @@ def run_stages(module: Operation, until: str, *, graph_passes: str | None = None
 
 
 def compile(model, target: str = "auto", precision: str = "fp32", *,
-            input_shapes: dict | None = None, constant_inputs: dict | None = None,
+            precision_overrides: dict | None = None, input_shapes: dict | None = None, constant_inputs: dict | None = None,
             graph_passes: str | None = None, check_numerics: bool = False, threads=None,
             arch: str | None = None, cuda_graph: bool = True, layout: str = DEFAULT_LAYOUT,
             cache: bool | None = None, calibration=None, calibration_cache: str | None = None,
@@ -179,13 +196,17 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
     ``calibration_cache`` a calibration cache file (read when it matches: no data runs; written
     after calibrating). Layers named in ``precision_overrides`` (ONNX node name -> "fp32") stay
     fp32. ``engine.layer_precisions`` lists (layer, precision, why). The compile cache is not
-    used for int8."""
+    used for int8.
+
+    ``precision="fp16"`` or ``"tf32"``: TensorRT's rules (:mod:`ptxc.rewrite.passes.precision`,
+    docs/lowering.md "Precision"); ``precision_overrides`` keeps the named nodes in fp32. Both
+    targets accept every precision (the cpu target for numerics: it computes exactly what the
+    GPU's kernels compute, f16 storage included)."""
     target = resolve_target(target)
     if layout not in LAYOUTS:
         raise CompileError(f"unknown layout {layout!r}; the layouts are {', '.join(LAYOUTS)}")
-    if precision not in PRECISIONS:
-        raise CompileError(f"precision {precision!r} is not supported yet; supported: "
-                           f"{', '.join(PRECISIONS)}")
+    from .rewrite.passes.precision import check_precision
+    check_precision(precision, precision_overrides)
     layer_precisions = None
     if precision == "int8":
         model, layer_precisions = _quantize_int8(model, calibration, calibration_cache,
@@ -207,7 +228,8 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
                 from .ptx.target import default_arch
                 arch = default_arch()
             key = compile_cache.cache_key(model, target, {
-                "precision": precision, "arch": arch, "input_shapes": input_shapes,
+                "precision": precision, "precision_overrides": precision_overrides,
+                "arch": arch, "input_shapes": input_shapes,
                 "constant_inputs": constant_inputs, "graph_passes": graph_passes,
                 "layout": layout, "precision_overrides": precision_overrides})
             engine = compile_cache.lookup(key, threads)
@@ -224,7 +246,8 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
     from .rewrite.provenance import annotate_kernels, collect
     prov: dict = {}  # loc -> the ONNX nodes an op there computes (fusions included)
     run_stages(module, "loop", graph_passes=graph_passes, timings=timings, target=target,
-               check_numerics=check_numerics, layout=layout,
+               check_numerics=check_numerics, layout=layout, precision=precision,
+               precision_overrides=precision_overrides,
                on_stage=lambda stage, m: stage != "loop" and collect(m, prov))
     annotate_kernels(module, prov)
     from .driver.engine import Engine
@@ -236,6 +259,7 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
         engine = Engine.for_cpu(module, timings=timings, threads=threads)
     engine.precision = precision
     engine.layer_precisions = layer_precisions
+    engine.precision_overrides = dict(precision_overrides or {})
     log.info("compiled in %.2f s (%d kernels)", sum(engine.timings.values()),
              len(engine.kernels.kernels) if engine.kernels is not None else 0)
     if key is not None:

@@ -96,3 +96,8 @@ class IndexOutOfRangeError(RunError, IndexError):
     """An index read from a tensor at run time (Gather's indices, ...) is outside the axis it
     indexes; the message names the op (ONNX node) and the valid range. Negative indices count
     from the end, as ONNX says: ``[-n, n)`` is valid on an axis of ``n``."""
+
+
+class PrecisionError(CompileError):
+    """A reduced precision cannot hold the model: a weight outside the low type's range (the
+    message names the op, its ONNX node, and the override that keeps it in fp32)."""

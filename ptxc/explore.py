@@ -13,6 +13,9 @@ alone, so it needs no ``target``) the PTX for ``arch``:
 
     text = ptxc.explore(model, stage="loop", target="cuda")   # mapped loop IR
     text = ptxc.explore(model, stage="ptx", arch="sm_90")      # PTX
+
+``precision="fp16"`` (or ``"tf32"``, with ``precision_overrides``) ends the graph stage with the
+``lower-precision`` pass, as ``compile`` does, so every stage shows that precision.
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ def op_count_report(before: dict[str, int], after: dict[str, int]) -> str:
 
 def explore(model, stage: str = "graph", *, passes: str | None = None,
             input_shapes: dict | None = None, constant_inputs: dict | None = None,
+            precision: str = "fp32", precision_overrides: dict | None = None,
             print_ir_after_all: bool = False, print_ir_after_change: bool = False,
             dump_dir: str | None = None, timing: bool = False, check_numerics: bool = False,
             elide_constants: bool = True, report: bool = False, explain: bool = False,
@@ -102,7 +106,7 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
         raise CompileError(f"arch={arch!r} chooses the PTX of stage 'ptx'; stage {stage!r} does "
                            "not depend on it")
     module = _as_module(model, input_shapes, constant_inputs)
-    from .compiler import layout_passes, resolve_layout
+    from .compiler import graph_pipeline, layout_passes, resolve_layout
     extra = layout_passes(resolve_layout(layout, module, target), target)
     before = op_counts(module)
     stream = io.StringIO()
@@ -117,10 +121,8 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
         if dump_dir and len(stages) > 1:  # one numbered folder per stage
             stage_dump = os.path.join(dump_dir, f"{i}-{s_name}")
         pipeline = stage_pipeline(s_name, target)
-        if s_name == "graph" and passes is not None:
-            pipeline = passes
-        if s_name == "graph" and extra:
-            pipeline = f"{pipeline},{extra}" if pipeline.strip() else extra
+        if s_name == "graph":
+            pipeline = graph_pipeline(passes, precision, precision_overrides, extra)
         managers.append(run_graph_stage(
             module, pipeline, stream=stream, print_ir_after_all=print_ir_after_all,
             print_ir_after_change=print_ir_after_change, dump_dir=stage_dump, timing=timing,

@@ -298,11 +298,28 @@ def _memory_plan(engine, cpu):
     return plan
 
 
+def _overrides_option(engine) -> dict:
+    """``{"precision_overrides": {...}}`` when the engine has any (absent otherwise)."""
+    ov = dict(getattr(engine, "precision_overrides", None) or {})
+    return {"precision_overrides": ov} if ov else {}
+
+
+def _overrides(options: dict, source) -> dict:
+    """The plan's ``precision_overrides`` (node name -> precision), checked."""
+    ov = options.get("precision_overrides") or {}
+    if not isinstance(ov, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                           for k, v in ov.items()):
+        raise _refuse("header", "precision_overrides is not a map of node names to "
+                      "precisions", source)
+    return dict(ov)
+
+
 def _cuda_plan_to_bytes(engine) -> bytes:
     cuda = engine.program
     header = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **_versions(),
               "target": "cuda", "arch": cuda.arch, "host": None,
               "options": {"precision": getattr(engine, "precision", "fp32"),
+                          **_overrides_option(engine),
                           "cuda_graph": bool(cuda.cuda_graph)},
               "bindings": {"inputs": [_binding(n, t) for n, t in engine.inputs.items()],
                            "outputs": [_binding(n, t) for n, t in engine.outputs.items()]},
@@ -332,6 +349,7 @@ def plan_to_bytes(engine) -> bytes:
                        "cpu_name": llvm.get_host_cpu_name(),
                        "cpu_features": host_cpu_features()},
               "options": {"precision": getattr(engine, "precision", "fp32"),
+                          **_overrides_option(engine),
                           "min_parallel_work": int(cpu.min_parallel_work),
                           "allocator": "arena" if plan is not None else "per-run"},
               "bindings": {"inputs": [_binding(n, t) for n, t in engine.inputs.items()],
@@ -723,6 +741,7 @@ def _cuda_engine_from_plan(header: dict, blobs: dict, source: str, t0: float):
     engine = Engine("cuda", cuda, inputs, outputs, {"load": time.perf_counter() - t0}, "",
                     table)
     engine.precision = options.get("precision", "fp32")
+    engine.precision_overrides = _overrides(options, source)
     engine.memory_plan = plan
     return engine
 
@@ -757,5 +776,6 @@ def engine_from_plan(data, *, threads: int | None = None, source: str = "<plan>"
     t2 = time.perf_counter()
     engine = Engine("cpu", cpu, inputs, outputs, {"load": t1 - t0, "jit": t2 - t1}, text, table)
     engine.precision = options.get("precision", "fp32")
+    engine.precision_overrides = _overrides(options, source)
     engine.memory_plan = allocator.plan if allocator is not None else None
     return engine

@@ -96,6 +96,26 @@ def _mismatch(name: str, b: np.ndarray, a: np.ndarray, rtol: float, atol: float)
             f"{str(b.reshape(-1)[i])} -> {str(a.reshape(-1)[i])}")
 
 
+#: the tolerance (rtol = atol) for a module holding f16 values: a pass may move a sum's rounding
+#: to f16 by one ulp (2^-11 relative) and the flip travels through the layers after it
+FP16_TOLERANCE = 2e-2
+
+
+def tolerances(module: Operation, rtol: float, atol: float) -> tuple[float, float]:
+    """The check's (rtol, atol): as given, scaled up to :data:`FP16_TOLERANCE` when ``module``
+    holds f16 tensors or buffers or tf32 products (same 10-bit mantissa) (``precision="fp16"``
+    or ``"tf32"``: each pass is checked in that precision too)."""
+    for op in module.walk():
+        if op.name == "arith.round_tf32" or op.attributes.get("tf32") is True or \
+                op.attributes.get("ptxc.precision") == "tf32":
+            return max(rtol, FP16_TOLERANCE), max(atol, FP16_TOLERANCE)
+        for v in list(op.results) + [a for r in op.regions for blk in r.blocks
+                                     for a in blk.args]:
+            if getattr(getattr(v.type, "element", v.type), "name", None) == "f16":
+                return max(rtol, FP16_TOLERANCE), max(atol, FP16_TOLERANCE)
+    return rtol, atol
+
+
 def compare(before: dict, after: dict, rtol: float, atol: float) -> str | None:
     """None when ``after`` matches ``before``; else what differs (the first bad output)."""
     for name, b in before.items():

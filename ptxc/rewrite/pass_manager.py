@@ -179,7 +179,8 @@ class PassManager:
             except PtxcError as e:
                 raise CompileError(f"check-numerics: after pass '{label}' the module no longer "
                                    f"runs: {e}") from e
-            problem = numerics.compare(reference, after, self.numerics_rtol, self.numerics_atol)
+            rtol, atol = numerics.tolerances(module, self.numerics_rtol, self.numerics_atol)
+            problem = numerics.compare(reference, after, rtol, atol)
             if problem:
                 err = NumericsError(f"check-numerics: pass '{label}' changed the results: "
                                     f"{problem} (random inputs, seed {self.seed})")

@@ -19,6 +19,22 @@ is ``relu(conv(x, w, b) + res)``. Operands: the base op's (optional ones may be 
 
 Everything about the base computation (type inference, checks, reference) is the base op's own,
 applied to a view of the fused op that shows only the base operands; nothing is written twice.
+
+Reduced precision (``ptxc.rewrite.passes.precision``): the epilogue's accumulator argument may be
+*wider* than the base result's element (:data:`WIDE_ACCUMULATOR`: f32 for f16 operands), and
+the epilogue may yield another element type than its accumulator; the result's element is what
+the epilogue yields. So an fp16 layer is f16 operands, an f32 accumulator and epilogue, and the
+store's cast at the end of the epilogue::
+
+    %y = "graph.fused_conv"(%x, %w, %b) ({
+    ^bb0(%acc: f32):
+      %r = "arith.max"(%acc, %zero) : (f32, f32) -> f32
+      %h = "arith.cast"(%r) {to = f16} : (f32) -> f16
+      "graph.yield"(%h) : (f16) -> ()
+    }) {...} : (tensor<1x3x8x8xf16>, tensor<4x3x3x3xf16>, tensor<4xf16>) -> tensor<1x4x8x8xf16>
+
+``ptxc.precision = "tf32"`` on a fused op rounds its two multiplied operands to tf32 before the
+product (:func:`ptxc.dialects.arith.round_tf32`), as a tf32 tensor-core instruction reads them.
 """
 
 from __future__ import annotations
@@ -27,9 +43,15 @@ import numpy as np
 
 from ...ir.core import Operation
 from ...ir.spec import Operand, OpSpec, fail, lookup, register
-from ...ir.types import TensorType
+from ...ir.types import F16, F32, ScalarType, TensorType
 from .common import broadcast_shapes
 from .region import run_scalar_body
+
+
+#: base result element -> the wider accumulator an epilogue may take instead (precision passes)
+WIDE_ACCUMULATOR: dict[ScalarType, ScalarType] = {F16: F32}
+#: the attribute that asks for tf32 operands (value "tf32")
+PRECISION_ATTR = "ptxc.precision"
 
 
 class BaseView:
@@ -92,11 +114,28 @@ class Fused(OpSpec):
         return op.regions[0].blocks[0]
 
     # ---- spec --------------------------------------------------------------------------------------
+    def accumulator(self, op):
+        """The epilogue's accumulator element (the base result's, or its wide accumulator)."""
+        blocks = op.regions[0].blocks if op.regions else []
+        if blocks and blocks[0].args:
+            return blocks[0].args[0].type
+        return None
+
     def infer_types(self, op):
-        return lookup(self.base).infer_types(self.view(op))
+        (base,) = lookup(self.base).infer_types(self.view(op))
+        blocks = op.regions[0].blocks if op.regions else []
+        last = blocks[0].last_op if len(blocks) == 1 else None
+        if last is not None and last.name == "graph.yield" and len(last.operands) == 1 and \
+                isinstance(last.operands[0].type, ScalarType):
+            return [base.with_element(last.operands[0].type)]
+        return [base]
 
     def verify(self, op):
         lookup(self.base).verify(self.view(op))
+        (base,) = lookup(self.base).infer_types(self.view(op))
+        prec = op.attributes.get(PRECISION_ATTR)
+        if prec is not None and (prec != "tf32" or base.element != F32):
+            fail(op, f"{PRECISION_ATTR} = {prec!r}: only 'tf32', on f32 operands")
         out = op.results[0].type
         extras = self.split(op)[1]
         for v in extras:
@@ -108,7 +147,10 @@ class Fused(OpSpec):
         if len(blocks) != 1:
             fail(op, "epilogue must be one block")
         block = blocks[0]
-        want = [out.element] + [v.type.element for v in extras]
+        acc = block.args[0].type if block.args else None
+        if acc not in (base.element, WIDE_ACCUMULATOR.get(base.element)):
+            acc = base.element
+        want = [acc] + [v.type.element for v in extras]
         if [a.type for a in block.args] != want:
             fail(op, "epilogue arguments must be the accumulator's and the epilogue inputs' "
                      f"element types ({', '.join(map(str, want))})")
@@ -119,11 +161,17 @@ class Fused(OpSpec):
 
     def reference(self, op, args, interp):
         base_args, extra_args = self.split(op, args)
+        wide = self.accumulator(op)
+        if wide is not None and wide != lookup(self.base).infer_types(self.view(op))[0].element:
+            base_args = [np.asarray(a).astype(wide.np_dtype) for a in base_args]
+        if op.attributes.get(PRECISION_ATTR) == "tf32":
+            from ..arith import round_tf32
+            base_args = [round_tf32(a) if i < 2 else a for i, a in enumerate(base_args)]
         (acc,) = lookup(self.base).reference(self.view(op), base_args, interp)
         shape = op.results[0].type.shape
         arrays = [acc] + [np.broadcast_to(a, shape) for a in extra_args]
         out = run_scalar_body(self.epilogue(op), arrays, interp)
-        return [np.broadcast_to(out, shape).astype(acc.dtype)]
+        return [np.broadcast_to(out, shape).astype(op.results[0].type.element.np_dtype)]
 
 
 FusedConv = Fused.declare("graph.fused_conv", "graph.conv")

@@ -31,11 +31,14 @@ def _widen(b, v, t):
     return v if v.type == t else b.create("arith.cast", [v], {"to": t}).result
 
 
-def _combine_body(kind: str, product: bool = False):
-    """Body ``out = combine(out, x)`` (or ``out + a * b`` for products)."""
+def _combine_body(kind: str, product: bool = False, tf32: bool = False):
+    """Body ``out = combine(out, x)`` (or ``out + a * b`` for products; with ``tf32`` each
+    factor is first rounded by ``arith.round_tf32``)."""
     def body(b, args):
         out = args[-1]
         ins = [_widen(b, a, out.type) for a in args[:-1]]
+        if tf32:
+            ins = [b.create("arith.round_tf32", [a]).result for a in ins]
         if product:
             v = b.create("arith.mul", ins).result
         else:
@@ -74,8 +77,8 @@ def _matmul(op):
     k = a.type.shape[-2] if op.attr("transpose_a") else a.type.shape[-1]
     mc = tuple(unit_row(n, i) for i in range(rc))
     return build_generic([a, bm], [c], c.type.shape + (k,), [ma, mb, mc],
-                         ["parallel"] * rc + ["reduction"], _combine_body("sum", True),
-                         loc=op.loc)
+                         ["parallel"] * rc + ["reduction"],
+                         _combine_body("sum", True, bool(op.attr("tf32"))), loc=op.loc)
 
 
 def _conv(op):
@@ -115,7 +118,7 @@ def _conv(op):
     mw = (m_row, wc_row, *[unit_row(n, k + i) for i in range(s)])
     my = (unit_row(n, 0), m_row, *[unit_row(n, o + i) for i in range(s)])
     return build_generic([x, w], [y], bounds, [mx, mw, my], iters,
-                         _combine_body("sum", True), loc=op.loc)
+                         _combine_body("sum", True, bool(op.attr("tf32"))), loc=op.loc)
 
 
 def _two(n, i, ci, j):

@@ -8,7 +8,9 @@ im2col convolution, strided window views, ufunc reductions), fast enough to inte
 
 Mixed precision: the out may be f32 where the ins are f16 (an f32 accumulator, as tensor cores
 accumulate); the lowering uses that for sums of f16 data. Whatever the types, the reference
-computes products and sums in f32 for f16 and rounds once into the out's type.
+computes products and sums in f32 for f16 and rounds once into the out's type. ``tf32 = true``
+on a matmul or conv of f32 operands rounds both factors to tf32 first (``arith.round_tf32``,
+what a tf32 tensor-core instruction reads; ``precision="tf32"``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 
 from ...ir.spec import Attr, OpSpec, fail, register
 from ...ir.types import F16, F32, TensorType
+from ..arith import round_tf32
 from ..graph.layout import channels_last, first_type, to_first, to_last
 from ..graph.nn import compute_dtype, conv_nd, windows
 from .data import tensor_operand
@@ -30,6 +33,15 @@ def _accumulator(op, ins, out: TensorType) -> None:
                  + ", ".join(str(t.element) for t in ins))
     if out.element != el and not (el == F16 and out.element == F32):
         fail(op, f"the out {out} must have element type {el} (or f32 for f16 ins)")
+
+
+def _check_tf32(op, a: TensorType) -> None:
+    if op.attr("tf32") and a.element != F32:
+        fail(op, f"tf32 = true needs f32 operands, they are {a.element}")
+
+
+def _tf32(op, *xs):
+    return [round_tf32(x) for x in xs] if op.attr("tf32") else list(xs)
 
 
 def _ct(out_dtype) -> np.dtype:
@@ -68,7 +80,8 @@ class MatMul(OpSpec):
     name = "tensor.matmul"
     operands = ("A", "B", "C")
     attributes = {"transpose_a": Attr("bool", default=False),
-                  "transpose_b": Attr("bool", default=False)}
+                  "transpose_b": Attr("bool", default=False),
+                  "tf32": Attr("bool", default=False)}
     traits = {"pure"}
 
     def infer_types(self, op):
@@ -89,9 +102,11 @@ class MatMul(OpSpec):
         if c.shape != want:
             fail(op, f"C is {c}, expected shape {list(want)}")
         _accumulator(op, [a, b], c)
+        _check_tf32(op, a)
 
     def reference(self, op, args, interp):
         a, b, c = args
+        a, b = _tf32(op, a, b)
         ct = _ct(c.dtype)
         if op.attr("transpose_a"):
             a = a.swapaxes(-1, -2)
@@ -114,7 +129,8 @@ class Conv(OpSpec):
     attributes = {"strides": Attr("ints", required=True),
                   "dilations": Attr("ints", required=True),
                   "group": Attr("int", default=1),
-                  "layout": Attr("str", default="NCHW", doc="NCHW or NHWC (W then KRSC)")}
+                  "layout": Attr("str", default="NCHW", doc="NCHW or NHWC (W then KRSC)"),
+                  "tf32": Attr("bool", default=False)}
     traits = {"pure"}
 
     def infer_types(self, op):
@@ -137,11 +153,13 @@ class Conv(OpSpec):
         if y.shape != want or min(out, default=1) < 1:
             fail(op, f"Y is {y}, expected shape {list(want)}")
         _accumulator(op, [x, w], y)
+        _check_tf32(op, x)
 
     def reference(self, op, args, interp):
         x, w, y = args
         if channels_last(op):
             x, w = to_first(x), to_first(w)
+        x, w = _tf32(op, x, w)
         n = x.ndim - 2
         ct = _ct(y.dtype)
         r = conv_nd(x.astype(ct, copy=False), w.astype(ct, copy=False), None,

@@ -19,15 +19,21 @@ from ...ir.types import F64, TensorType
 from .common import acc_type, c, cast, elementwise, fill, lowers, op_, reshape, round_half_even
 
 
-def matmul(b, op):
-    """Lower ``graph.matmul`` (or the base view of ``graph.fused_matmul``)."""
+def _tf32(tf32: bool) -> dict:
+    return {"tf32": True} if tf32 else {}
+
+
+def matmul(b, op, el=None, tf32=False):
+    """Lower ``graph.matmul`` (or the base view of ``graph.fused_matmul``); ``el`` and ``tf32``
+    as for :func:`ptxc.lower.graph_to_tensor.nn.conv`."""
     a, bm = op.operands[0], op.operands[1]
     out = op.results[0].type
+    out = out.with_element(el or out.element)
     a2 = reshape(b, a, (1,) + a.type.shape) if a.type.rank == 1 else a
     b2 = reshape(b, bm, bm.type.shape + (1,)) if bm.type.rank == 1 else bm
     batch = _broadcast(a2.type.shape[:-2], b2.type.shape[:-2])
     full = TensorType(batch + (a2.type.shape[-2], b2.type.shape[-1]), out.element)
-    y = b.create("tensor.matmul", [a2, b2, fill(b, full, 0)]).result
+    y = b.create("tensor.matmul", [a2, b2, fill(b, full, 0)], _tf32(tf32) or None).result
     return reshape(b, y, out.shape)
 
 
@@ -40,18 +46,21 @@ def _matmul(op, b):
     return [matmul(b, op)]
 
 
-def gemm(b, op):
-    """Lower ``graph.gemm`` (or the base view of ``graph.fused_gemm``)."""
+def gemm(b, op, el=None, tf32=False):
+    """Lower ``graph.gemm`` (or the base view of ``graph.fused_gemm``); ``el`` and ``tf32`` as
+    for :func:`ptxc.lower.graph_to_tensor.nn.conv`."""
     g = lookup("graph.gemm").groups(op)
     a, bm, cc = g["A"], g["B"], g["C"]
     out = op.results[0].type
+    out = out.with_element(el or out.element)
     el = out.element
     alpha, beta = op.attr("alpha"), op.attr("beta")
     if cc is not None and beta == 0.0:
         cc = None
     acc = out.with_element(acc_type(el))
     prod = b.create("tensor.matmul", [a, bm, fill(b, acc, 0)], {
-        "transpose_a": bool(op.attr("transA")), "transpose_b": bool(op.attr("transB"))}).result
+        "transpose_a": bool(op.attr("transA")), "transpose_b": bool(op.attr("transB")),
+        **_tf32(tf32)}).result
     if alpha == 1.0 and cc is None and acc.element == el:
         return prod
     in_f64 = not el.is_float and (alpha != 1.0 or (cc is not None and beta != 1.0))

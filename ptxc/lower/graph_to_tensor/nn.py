@@ -23,16 +23,16 @@ from ...dialects.tensor.generic import build_generic
 from ...dialects.tensor.maps import identity_map, unit_row
 from ...ir.spec import lookup
 from ...ir.types import INDEX, TensorType
-from .common import c, const_array, constant, empty, fill, lowers, op_, pad
+from .common import c, cast, const_array, constant, empty, fill, lowers, op_, pad
 
 
 def bias_init(b, bias, out: TensorType, dim: int = 1):
     """``out``-shaped init holding ``bias`` (``(M,)``) along ``dim`` (1, or the last dim of a
-    channels-last result)."""
+    channels-last result), widened to ``out``'s element (an f16 bias into an f32 accumulator)."""
     n = out.rank
     return build_generic([bias], [empty(b, out)], out.shape,
                          [(unit_row(n, dim),), identity_map(n)], ["parallel"] * n,
-                         lambda bb, args: [args[0]], b=b).result
+                         lambda bb, args: [cast(bb, args[0], out.element)], b=b).result
 
 
 def spatial_pad(b, x, op, pads, value):
@@ -45,9 +45,11 @@ def spatial_pad(b, x, op, pads, value):
     return pad(b, x, [0, 0] + lo, [0, 0] + hi, value)
 
 
-def conv(b, op):
+def conv(b, op, el=None, tf32=False):
     """Lower a ``graph.conv`` (or the base view of a ``graph.fused_conv``); a channels-last one
-    to a channels-last ``tensor.conv`` (graph/layout.py)."""
+    to a channels-last ``tensor.conv`` (graph/layout.py). ``el``: the element of the result
+    (default the op's; f32 for an f32 accumulator of f16 operands), ``tf32``: round both
+    factors to tf32."""
     g = lookup("graph.conv").groups(op)
     x, w, bias = g["X"], g["W"], g["B"]
     n = x.type.rank - 2
@@ -55,11 +57,14 @@ def conv(b, op):
     last = op.attr("layout") == "NHWC"
     xp = spatial_pad(b, x, op, a["pads"], 0.0)
     out = op.results[0].type
+    out = out.with_element(el or out.element)
     init = (bias_init(b, bias, out, out.rank - 1 if last else 1) if bias is not None
             else fill(b, out, 0.0))
     attrs = {"strides": a["strides"], "dilations": a["dilations"], "group": op.attr("group")}
     if last:
         attrs["layout"] = "NHWC"
+    if tf32:
+        attrs["tf32"] = True
     return b.create("tensor.conv", [xp, w, init], attrs).result
 
 

@@ -14,7 +14,8 @@ axis, plus fewer than a stride of unread trailing elements, which need no crop):
 windows that run past the end padding read the pad value, which never wins a max and adds 0 to
 a sum (the count excludes those positions). Channels-last pools (``layout = "NHWC"``) pad their
 spatial dims 1..-1 and lower to channels-last ``tensor.pool`` ops. f16 sums are taken in f32 and
-rounded once, as the reference.
+rounded once, as the reference: the named op reads f16 and sums into an f32 out (its loop nest
+widens each load), so no separate widening kernel is needed.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ...dialects.graph.pool import pool_out_shape
 from ...ir.types import TensorType
 from .nn import spatial_pad
 from .common import (acc_type, c, cast, constant, elementwise, fill, lowers, lowest, op_, pad,
-                     reduce, widen)
+                     reduce)
 
 
 def _spatial(op, shape) -> tuple:
@@ -103,10 +104,10 @@ def _divide(b, total, counts: np.ndarray, out: TensorType):
 
 @lowers("graph.average_pool")
 def _average_pool(op, b):
-    x = widen(b, op.operands[0])
+    x = op.operands[0]  # f16 is read as it is and widened inside the sum (no cast kernel)
     a, out, xp = _padded(b, op, x, 0.0)
     res = op.results[0].type
-    init = fill(b, res.with_element(x.type.element), 0.0)
+    init = fill(b, res.with_element(acc_type(x.type.element)), 0.0)
     total = b.create("tensor.pool", [xp, init], _pool_attrs(op, "sum", a)).result
     return [_divide(b, total, _window_counts(op, op.operands[0].type.shape, a, out), res)]
 
@@ -115,7 +116,7 @@ def _average_pool(op, b):
 def _global_average_pool(op, b):
     x = op.operands[0]
     axes = list(range(2, x.type.rank))
-    total = reduce(b, widen(b, x), axes, "sum", 0.0, acc_type(x.type.element))
+    total = reduce(b, x, axes, "sum", 0.0, acc_type(x.type.element))
     count = float(np.prod([x.type.shape[i] for i in axes]))
     res = op.results[0].type
     return [_divide(b, total, np.full((1,), count), res)]

@@ -29,14 +29,16 @@ from ...ir.core import Block, Operation
 from ...ir.types import F16, F32
 
 _SUMS = {"sum": "arith.add", "prod": "arith.mul"}
+#: every combiner: max/min of f16 are exact in any width, but widened too so that no reduction
+#: carries an f16 value (the rule precision="fp16" keeps: accumulators are f32)
+_COMBINE = {**_SUMS, "max": "arith.max", "min": "arith.min"}
 
 
 def _kind(op: Operation) -> tuple[str, bool] | None:
-    """(combine op, whether the ins are multiplied first) of a summing named op; None for max/min
-    (exact in any precision)."""
+    """(combine op, whether the ins are multiplied first) of a named op."""
     if op.name in ("tensor.matmul", "tensor.conv"):
         return "arith.add", True
-    return (_SUMS[op.attr("kind")], False) if op.attr("kind") in _SUMS else None
+    return (_COMBINE[op.attr("kind")], False) if op.attr("kind") in _COMBINE else None
 
 
 def _wide_body(op: Operation, combine: str, product: bool) -> Block:
