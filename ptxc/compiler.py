@@ -170,7 +170,7 @@ def run_stages(module: Operation, until: str, *, graph_passes: str | None = None
 
 
 def compile(model, target: str = "auto", precision: str = "fp32", *,
-            precision_overrides: dict | None = None, input_shapes: dict | None = None, constant_inputs: dict | None = None,
+            input_shapes: dict | None = None, constant_inputs: dict | None = None,
             graph_passes: str | None = None, check_numerics: bool = False, threads=None,
             arch: str | None = None, cuda_graph: bool = True, layout: str = DEFAULT_LAYOUT,
             cache: bool | None = None, calibration=None, calibration_cache: str | None = None,
