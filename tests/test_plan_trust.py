@@ -161,3 +161,9 @@ def test_engine_from_plan_bytes_still_refuses_garbage():
         engine_from_plan(b"PTXCPLAN" + b"\xff" * 40)
     with pytest.raises(PlanError):
         engine_from_plan(np.zeros(3, np.uint8))
+
+
+def test_a_list_where_a_blob_dtype_should_be_is_a_plan_error(good):
+    """Found by the plan fuzzer (tests/fuzz/crashes/plan-02c3d1031dcc647e): a TypeError."""
+    bad = edited(good, lambda h: h["blobs"][0].update(dtype=[10**30]))
+    refused(bad, "blob", "dtype")

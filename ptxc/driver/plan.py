@@ -183,7 +183,7 @@ def _check_blob_table(header: dict, source: str) -> list:
             raise _refuse("blob", f"blob #{i} has a bad or repeated name/kind {name!r}/{kind!r} "
                           f"(kinds: {', '.join(BLOB_KINDS)})", source)
         seen.add((kind, name))
-        if r["dtype"] not in DTYPES:
+        if not isinstance(r["dtype"], str) or r["dtype"] not in DTYPES:
             raise _refuse("blob", f"blob {name!r} has dtype {r['dtype']!r}; a plan holds only "
                           f"{', '.join(sorted(DTYPES))}", source)
         if not (isinstance(shape, list) and all(_is_int(d) and d >= 0 for d in shape)):
