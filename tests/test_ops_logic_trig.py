@@ -129,3 +129,19 @@ def test_batch_normalization_negative_epsilon_is_refused():
                                       epsilon=-1.0, name="bn")], {"x": x}, ["y"], inits=p)
     with pytest.raises(ptxc.ModelError, match="'bn'.*epsilon must be >= 0"):
         ptxc.import_onnx(m)
+
+
+def test_composed_elementwise_ops():
+    x = (rand(3, 5) * 3).astype(np.float32)
+    x[0, :3] = [np.inf, -np.inf, np.nan]
+    y = rand(3, 5) * 3
+    nodes = [helper.make_node("IsNaN", ["x"], ["nan"]), helper.make_node("IsInf", ["x"], ["inf"]),
+             helper.make_node("IsInf", ["x"], ["pinf"], detect_negative=0),
+             helper.make_node("Softsign", ["y"], ["ss"]),
+             helper.make_node("ThresholdedRelu", ["y"], ["tr"], alpha=0.5),
+             helper.make_node("Shrink", ["y"], ["sh"], lambd=0.7, bias=0.2),
+             helper.make_node("Celu", ["y"], ["ce"], alpha=1.5),
+             helper.make_node("Mish", ["y"], ["mi"])]
+    feeds = {"x": x, "y": y}
+    check_model(graph_model(nodes, feeds, ["nan", "inf", "pinf", "ss", "tr", "sh", "ce", "mi"],
+                            opset=22), feeds, rtol=1e-5, atol=1e-6)
