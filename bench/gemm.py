@@ -42,16 +42,12 @@ def ptxc_kernel(M, K, N, cfg=None):
     forces the tile instead of the schedule's heuristic."""
     from contraction_ir import loop_module, matmul_model
 
-    from ptxc.lower.gpu_map import contraction, mma
+    from ptxc.lower.gpu_map import mma
     from ptxc.ptx import lower_to_ptx
     from ptxc.rewrite import PassManager
     m = loop_module(matmul_model(M=M, K=K, N=N, bias=False, relu=False))
     if cfg is not None:
-        for op in list(m.walk()):
-            c = contraction.analyze(op) if op.name == "loop.parallel" else None
-            if c is not None:
-                mma.build(c, cfg)
-                op.erase()
+        mma.build_all(m, cfg)
     PassManager("map-to-gpu").run(m)
     scheds = [o.attributes["schedule"] for o in m.walk() if o.name == "gpu.launch"]
     return lower_to_ptx(m), scheds

@@ -151,11 +151,7 @@ def forced(model, cfg):
     m = loop_module(model)
     x = inputs_for(model)
     want = run_main(m, x)
-    for op in list(m.walk()):
-        c = contraction.analyze(op) if op.name == "loop.parallel" else None
-        if c is not None:
-            mma.build(c, cfg)
-            op.erase()
+    assert mma.build_all(m, cfg) >= 1
     PassManager("map-to-gpu").run(m)
     return m, x, want
 

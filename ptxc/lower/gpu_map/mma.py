@@ -511,6 +511,19 @@ def build(c: Contraction, cfg: Config) -> Operation:
     return _Builder(c, cfg).build()
 
 
+def build_all(module: Operation, cfg: Config) -> int:
+    """Build every contraction nest of ``module`` with tile config ``cfg`` (erasing the nests):
+    a tuner's way to try one config; map-to-gpu then maps the rest. Returns how many."""
+    n = 0
+    for op in list(module.walk()):
+        c = analyze(op) if op.name == "loop.parallel" else None
+        if c is not None:
+            build(c, cfg)
+            op.erase()
+            n += 1
+    return n
+
+
 def schedule(op: Operation, options=None) -> Operation | None:
     """Insert the mma launch for ``op`` and return it, or None when ``op`` is not a
     reduced-precision contraction (fp32 nests go to the tiled schedule: fp32 stays fp32)."""
