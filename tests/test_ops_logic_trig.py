@@ -145,3 +145,14 @@ def test_composed_elementwise_ops():
     feeds = {"x": x, "y": y}
     check_model(graph_model(nodes, feeds, ["nan", "inf", "pinf", "ss", "tr", "sh", "ce", "mi"],
                             opset=22), feeds, rtol=1e-5, atol=1e-6)
+
+
+def test_sign_and_round_half_to_even():
+    x = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.49, -0.51, 3.0, 0.0, np.inf, -7.2],
+                 np.float32)
+    xi = np.array([-3, 0, 4], np.int32)
+    nodes = [helper.make_node("Round", ["x"], ["r"]), helper.make_node("Sign", ["x"], ["s"]),
+             helper.make_node("Sign", ["xi"], ["si"])]
+    feeds = {"x": x, "xi": xi}
+    want = check_model(graph_model(nodes, feeds, ["r", "s", "si"]), feeds, cuda=False)
+    np.testing.assert_array_equal(want["r"], np.round(x))

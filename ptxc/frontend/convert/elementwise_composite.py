@@ -81,3 +81,33 @@ def mish(ctx: ConvertContext):
     x = ctx.input(0)
     t = ctx.emit1("graph.tanh", [ctx.emit1("graph.softplus", [x])])
     return [ctx.emit1("graph.mul", [x, t])]
+
+
+@converter("Sign")
+def sign(ctx: ConvertContext):
+    """``x > 0 ? 1 : (x < 0 ? -1 : x)``: 0 stays 0 and NaN stays NaN, as numpy's sign."""
+    x = ctx.input(0)
+    neg = ctx.emit1("graph.where", [ctx.emit1("graph.less", [x, _c(ctx, 0, x)]),
+                                    _c(ctx, -1, x), x]) if x.type.element.is_signed or \
+        x.type.element.is_float else x
+    return [ctx.emit1("graph.where", [ctx.emit1("graph.greater", [x, _c(ctx, 0, x)]),
+                                      _c(ctx, 1, x), neg])]
+
+
+@converter("Round")
+def round_(ctx: ConvertContext):
+    """Round half to even (numpy's round): ``f = floor(x)``, ``d = x - f``; ``f + 1`` when
+    ``d > 0.5``, ``f`` when ``d < 0.5``, and on a tie whichever of the two is even."""
+    x = ctx.input(0)
+    em = ctx.emit1
+    f = em("graph.floor", [x])
+    d = em("graph.sub", [x, f])
+    half = _c(ctx, 0.5, x)
+    up = em("graph.add", [f, _c(ctx, 1.0, x)])
+    even = em("graph.equal", [em("graph.mul", [em("graph.floor", [em("graph.mul", [f, half])]),
+                                                _c(ctx, 2.0, x)]), f])
+    tie = em("graph.where", [even, f, up])
+    low = em("graph.where", [em("graph.less", [d, half]), f, tie])
+    y = em("graph.where", [em("graph.greater", [d, half]), up, low])
+    # inf and NaN: floor keeps them, d is NaN, every comparison is false: the tie branch
+    return [em("graph.where", [em("graph.equal", [f, x]), x, y])]
