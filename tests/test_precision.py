@@ -204,6 +204,7 @@ def test_tf32_rounds_every_operand_load():
     assert n >= 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp16", "tf32"])
 def test_every_pass_checked_and_cpu_equals_interpreter(precision):
     net = convnet()
@@ -219,13 +220,14 @@ def test_every_pass_checked_and_cpu_equals_interpreter(precision):
     assert np.abs(got - ref).max() <= tol * np.abs(ref).max()
 
 
+@pytest.mark.slow
 def test_cuda_loop_stage_in_fp16_is_checked_too():
     loop_module(convnet(), "fp16", target="cuda", check=True)
 
 
 # ---- tf32 numerics ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("k", [64, 1000])
+@pytest.mark.parametrize("k", [64, pytest.param(1000, marks=pytest.mark.slow)])
 def test_tf32_error_is_bounded_by_k_ulps(k):
     rng = np.random.default_rng(k)
     net = ptxc.Network("mm")
@@ -247,6 +249,7 @@ def test_tf32_error_is_bounded_by_k_ulps(k):
 
 # ---- plans and the engine ----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_plan_records_precision_and_runs_after_load(tmp_path):
     net = convnet()
     eng = ptxc.compile(net, target="cpu", precision="fp16")

@@ -29,6 +29,7 @@ def test_explore_shows_the_precision_at_every_stage(model, capsys):
     assert "xf16>" in text
 
 
+@pytest.mark.slow
 def test_compile_run_with_overrides_and_the_plan_records_them(model, tmp_path, capsys):
     plan = tmp_path / "m.plan"
     assert main(["compile", model, "--target", "cpu", "--fp16", "--precision-override",

@@ -24,6 +24,7 @@ LOWER = ("lower-graph-to-tensor,generalize-named-ops,fuse-tensor-elementwise,"
          "lower-tensor-to-loop")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp16", "tf32"])
 @SETTINGS
 @given(case=graphs())
