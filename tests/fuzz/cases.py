@@ -10,6 +10,7 @@ mutate names, shapes, dtypes and values (out-of-range indices, NaN, huge)."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 from hypothesis import strategies as st
@@ -158,7 +159,7 @@ def plans(draw, base: bytes) -> bytes:
         parent = header
         for k in path[:-1]:
             parent = parent[k]
-        parent[path[-1]] = draw(JSON_VALUES)
+        parent[path[-1]] = copy.deepcopy(draw(JSON_VALUES))  # samples are shared objects
     head = json.dumps(header).encode()
     start = -(-(20 + len(head)) // 64) * 64
     body = struct.pack("<8sIQ", b"PTXCPLAN", version, len(head)) + head
