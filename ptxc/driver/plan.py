@@ -664,7 +664,8 @@ def _stored_memory_plan(header: dict, table, source: str):
         plan = MemoryPlan.from_json(d)
     except PlanError as e:
         raise _refuse("header", str(e), source) from None
-    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError,
+            ZeroDivisionError) as e:  # (alignment 0)
         raise _refuse("header", f"malformed memory plan ({type(e).__name__}: {e})",
                       source) from None
     from .plan_trust import host_memory_bytes
