@@ -107,8 +107,9 @@ def test_profile_rows_name_fused_nodes_and_sum_to_the_run():
     assert "conv1 (Conv), bn1 (BatchNormalization), relu1 (Relu)" in prof.format()
     conv2 = [r for r in prof.rows if "conv2" in r.nodes]
     assert conv2 and any({"add1", "relu2"} <= set(r.nodes) for r in conv2)
-    # the kernels cover the profiled run but for its host work (binding, allocation, copies)
-    assert 0.9 * prof.measured <= prof.kernel_total <= prof.measured
+    # each kernel is timed inside the profiled run, so their sum cannot exceed it (how much of the
+    # run they cover is a timing, which tests never assert)
+    assert 0 < prof.kernel_total <= prof.measured
     rows = prof.format().splitlines()[2:]
     times = [float(line.split()[0]) for line in rows]
     assert times == sorted(times, reverse=True)
