@@ -120,6 +120,53 @@ def test_profile_rows_name_fused_nodes_and_sum_to_the_run():
     assert sum(e["dur"] for e in events) == pytest.approx(prof.kernel_total * 1e6)
 
 
+def test_profile_rows_sum_to_the_run_on_a_fake_clock():
+    """The done-when's "profile rows sum to the measured time within 10%", on a fake clock: the
+    real kernels run, but each also advances the clock by a known time (dyadic, so float sums
+    are exact), and the host work around them (staging, binding) by a known small time. The rows
+    must be the kernel times exactly, in order, start where the kernels started, and sum to the
+    measured run within 10%; a profile that timed the warm run, put host work in a kernel's
+    span or lost a kernel would fail."""
+    engine = ptxc.compile(cbr_model(channels=8, size=16), target="cpu")
+    prog = engine.program
+    prog.threads = 1  # one call per kernel: the fake time of a kernel is added once
+    clock = FakeClock()
+    kernel_s = [(i + 1) / 1024 for i in range(len(prog._fns))]
+    stage_s, bind_s = 1 / 8192, 1 / 16384   # host work, small beside the kernels
+
+    def advancing(fn, dt):
+        def call(*args):
+            clock.t += dt
+            return fn(*args)
+        return call
+    prog._fns = [advancing(fn, dt) for fn, dt in zip(prog._fns, kernel_s)]
+    real_stage, real_bind = prog.stage, prog._bind
+
+    def stage(inputs):
+        clock.t += stage_s
+        return real_stage(inputs)
+
+    def bind(buffers):
+        clock.t += bind_s
+        return real_bind(buffers)
+    prog.stage, prog._bind = stage, bind
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    prof = profile_engine(engine, {"x": x}, clock=clock)
+    assert [r.index for r in prof.rows] == list(range(len(kernel_s)))
+    assert [r.time for r in prof.rows] == kernel_s          # exactly the kernels' times
+    assert prof.kernel_total == sum(kernel_s)
+    assert prof.measured == sum(kernel_s) + stage_s + bind_s
+    assert abs(prof.kernel_total - prof.measured) <= 0.1 * prof.measured
+    host_before = stage_s + bind_s      # the first kernel starts after staging and binding
+    starts = [host_before + sum(kernel_s[:i]) for i in range(len(kernel_s))]
+    assert [r.start for r in prof.rows] == starts
+    # and the real kernels ran: the profiled engine still computes the model
+    want = ptxc.compile(cbr_model(channels=8, size=16), target="cpu").run({"x": x})
+    got = engine.run({"x": x})
+    for n in want:
+        np.testing.assert_allclose(got[n], want[n], rtol=1e-5, atol=1e-6)
+
+
 def test_cli_bench_profile_json_and_trace(tmp_path, capsys):
     model = save(cbr_model(), tmp_path / "m.onnx")
     j, tr = tmp_path / "r.json", tmp_path / "t.json"

@@ -223,16 +223,18 @@ class CpuProgram:
                 raise BindingError(f"buffers {an!r} and {bn!r} overlap in memory")
         return out
 
-    def run(self, buffers: dict, on_kernel=None) -> None:
+    def run(self, buffers: dict, on_kernel=None, clock=None) -> None:
         """Run every kernel in order on ``buffers`` (every argument of main, by name): inputs are
-        read, outputs written in place. ``on_kernel(index, start, end)`` (``time.perf_counter``
-        seconds), when given, hears each kernel's span: the per-kernel profile of ``ptxc bench
-        --profile``. Safe from many threads: each run takes an execution context of its own
-        (:mod:`ptxc.driver.context`)."""
+        read, outputs written in place. ``on_kernel(index, start, end)``, when given, hears each
+        kernel's span read from ``clock()`` (seconds; ``time.perf_counter`` unless given: a test
+        passes a fake clock), read just before and just after the kernel's call(s): the
+        per-kernel profile of ``ptxc bench --profile``. Safe from many threads: each run takes an
+        execution context of its own (:mod:`ptxc.driver.context`)."""
         with self._contexts.take() as ctx:
-            ctx.run(buffers, on_kernel)
+            ctx.run(buffers, on_kernel, clock)
 
-    def _run(self, allocator: BufferAllocator, buffers: dict, on_kernel=None) -> None:
+    def _run(self, allocator: BufferAllocator, buffers: dict, on_kernel=None,
+             clock=None) -> None:
         args = self._bind(buffers)
         scratch_slots = [s for s in self.table.slots if s.kind == "alloc"]
         given = allocator.allocate(scratch_slots)
@@ -251,11 +253,12 @@ class CpuProgram:
             flag[0] = 0
         ptrs = [r.ctypes.data for r in roots]
         keep = roots  # noqa: F841  (the arrays stay alive during the calls)
+        clock = clock or time.perf_counter
         for i, (k, fn) in enumerate(zip(self.table.kernels, self._fns)):
             if on_kernel is not None:
-                t0 = time.perf_counter()
+                t0 = clock()
                 self._run_kernel(k, fn, ptrs)
-                on_kernel(i, t0, time.perf_counter())
+                on_kernel(i, t0, clock())
             else:
                 self._run_kernel(k, fn, ptrs)
         if flag is not None and flag[0]:
@@ -328,11 +331,11 @@ class CpuProgram:
                 views[n][...] = x
         return buffers, views
 
-    def __call__(self, inputs: dict, on_kernel=None) -> dict:
+    def __call__(self, inputs: dict, on_kernel=None, clock=None) -> dict:
         """Allocate the output arguments (``loop.outputs``; NaN-filled floats, as the interpreter's
         :func:`~ptxc.dialects.loop.run_main`), run, and return them by name."""
         buffers, views = self.stage(inputs)
-        self.run(buffers, on_kernel)
+        self.run(buffers, on_kernel, clock)
         return {n: np.array(views[n]) for n in self.table.outputs}
 
 
@@ -345,13 +348,13 @@ class CpuContext:
         self.allocator = allocator
         self._lock = threading.Lock()
 
-    def run(self, buffers: dict, on_kernel=None) -> None:
+    def run(self, buffers: dict, on_kernel=None, clock=None) -> None:
         """:meth:`CpuProgram.run` on this context's memory."""
         with self._lock:
-            self.program._run(self.allocator, buffers, on_kernel)
+            self.program._run(self.allocator, buffers, on_kernel, clock)
 
-    def __call__(self, inputs: dict, on_kernel=None) -> dict:
+    def __call__(self, inputs: dict, on_kernel=None, clock=None) -> dict:
         """:meth:`CpuProgram.__call__` on this context's memory."""
         buffers, views = self.program.stage(inputs)
-        self.run(buffers, on_kernel)
+        self.run(buffers, on_kernel, clock)
         return {n: np.array(views[n]) for n in self.program.table.outputs}
