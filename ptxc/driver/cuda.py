@@ -27,12 +27,13 @@ frees what the earlier ones took:
    filled with 0xFF bytes once (NaN for floats, -1 for ints), so a read of memory no kernel
    wrote shows in the outputs.
 
-**One inference**: the inputs are copied into the input buffers (host-to-device for ``run``,
-device-to-device for ``run_device``), the kernels run in table order with each entry's
-``grid``/``block`` and the kernel's dynamic shared bytes (:func:`launch_config`), then the outputs are
-copied out (to fresh host arrays, or fresh device arrays), and the stream is synchronized. Every
-pointer a kernel gets is fixed at setup (arena, weights, binding buffers), so the launches of
-one inference are the same every time: with ``cuda_graph`` (the default) they are captured once,
+**One inference** (``run``): the inputs are copied host-to-device into the input buffers, the
+kernels run in table order with each entry's ``grid``/``block`` and the kernel's dynamic shared
+bytes (:func:`launch_config`), then the outputs are copied out to fresh host arrays, and the
+stream is synchronized. (``run_device`` binds the caller's device memory into the kernels
+instead, copying only what cannot be bound: :mod:`ptxc.driver.cuda_interop`.) Every pointer a
+kernel gets is fixed at setup (arena, weights, binding buffers), so the launches of one
+inference are the same every time: with ``cuda_graph`` (the default) they are captured once,
 at the first run, into a CUDA graph (``stream.create_graph_builder()``) that every later run
 replays with one ``graph.launch(stream)`` — about 1 µs a kernel instead of 6 measured on an H200
 (DESIGN.md). ``cuda_graph = False`` launches each kernel directly; the switch can be flipped
@@ -75,7 +76,8 @@ import numpy as np
 
 from ..errors import (BindingError, CompileError, DeviceError, IndexOutOfRangeError,
                       OutOfMemoryError, PtxcError)
-from .cuda_interop import DeviceInterop
+from .cuda_graphs import GraphCache
+from .cuda_interop import DeviceInterop, InteropCounts, run_device
 
 __all__ = ["CudaProgram", "arch_number", "arch_compatible"]
 
@@ -163,20 +165,21 @@ class _ContextState:
         self.nstream = None       # numba Stream over the same handle
         self.arena = None         # numba DeviceNDArray (uint8)
         self.bindings = {}        # name -> numba DeviceNDArray (uint8), context-owned
-        self.graph = None         # cuda.core Graph, captured at the first graph run
-        self.graph_builder = None  # the cuda.core GraphBuilder that captured it
+        self.ptrs = []            # the pointer of each table slot (args: the engine's bindings)
+        self.graphs = GraphCache()  # captured CUDA graphs by pointer set (None: the bindings')
+        self.last = (None, None)  # (args, graph key) of the last inference: launch_times replays it
         self.flag = None          # the error flag: a 4-byte view of the arena (None: no checks)
 
     def release(self) -> None:
-        """Free what this context holds: graph, stream, device memory."""
-        for obj in (self.graph, self.graph_builder, self.stream):
-            try:
-                if obj is not None:
-                    obj.close()
-            except Exception:  # noqa: BLE001  (teardown of a possibly broken context)
-                pass
-        self.graph = self.graph_builder = self.stream = self.nstream = None
-        self.configs, self.args = [], []
+        """Free what this context holds: graphs, stream, device memory."""
+        self.graphs.close()
+        try:
+            if self.stream is not None:
+                self.stream.close()
+        except Exception:  # noqa: BLE001  (teardown of a possibly broken context)
+            pass
+        self.stream = self.nstream = None
+        self.configs, self.args, self.ptrs, self.last = [], [], [], (None, None)
         self.arena = self.flag = None
         self.bindings = {}
         _flush(self.shared.ctx)
@@ -261,6 +264,8 @@ class CudaProgram(DeviceInterop):
         self._shared: _Shared | None = None
         self._shared_lock = threading.Lock()
         self._contexts = ContextPool(lambda first: CudaContext(self))
+        #: what run_device did with the caller's memory (bound directly or copied), counted
+        self.interop = InteropCounts()
 
     # ---- facts -----------------------------------------------------------------------------
     @property
@@ -397,6 +402,7 @@ class CudaProgram(DeviceInterop):
                 ptrs.append(arena)  # never dereferenced: an unused or empty scratch slot
             else:
                 ptrs.append(arena + self.plan.offsets[b.name])
+        st.ptrs = ptrs
         for k in self.table.kernels:
             st.configs.append(launch_config(k))
             st.args.append(tuple(ptrs[i] for i in k.buffers))
@@ -517,47 +523,27 @@ class CudaContext:
                 self._state.release()
                 self._state = None
 
-    def _launch_all(self, st: _ContextState) -> None:
-        """Queue the kernels of one inference on the stream (replaying the graph if enabled)."""
+    def _launch_all(self, st: _ContextState, args: list | None = None, key=None) -> None:
+        """Queue the kernels of one inference on the stream: ``args`` (one pointer tuple per
+        kernel; the engine's bindings' when None) under graph key ``key`` (the pointer set; None
+        for the bindings'), replaying a CUDA graph when enabled and one is due
+        (:class:`~ptxc.driver.cuda_graphs.GraphCache`), else launching kernel by kernel."""
         p = self.program
         sh = st.shared
         cc = sh.cc
+        args = st.args if args is None else args
+        st.last = (args, key)
         if p.cuda_graph and not p.sync_each:
-            if st.graph is None:
-                gb = None
+            graph = st.graphs.lookup(key, lambda: self._capture(st, args), eager=key is None)
+            if graph is not None:
                 try:
-                    gb = st.stream.create_graph_builder()
-                    gb.begin_building()
-                    for k, kern, cfg, args in zip(p.table.kernels, sh.kernels, st.configs,
-                                                  st.args):
-                        _launch_one(cc, gb, k, kern, cfg, args, "capturing")
-                    gb.end_building()
-                    st.graph = gb.complete()
-                except PtxcError:
-                    raise
+                    graph.launch(st.stream)
                 except Exception as e:  # noqa: BLE001
-                    raise DeviceError(f"cuda engine: capturing the CUDA graph of "
-                                      f"{len(p.table.kernels)} kernels failed "
-                                      f"({_describe(e)}); cuda_graph=False launches directly") \
-                        from None
-                finally:
-                    if gb is not None and st.graph is None:  # a failed capture: end it
-                        try:
-                            if gb.is_building:
-                                gb.end_building()
-                            gb.close()
-                        except Exception:  # noqa: BLE001
-                            pass
-                    else:
-                        st.graph_builder = gb  # kept (and closed) with the graph
-            try:
-                st.graph.launch(st.stream)
-            except Exception as e:  # noqa: BLE001
-                raise DeviceError(f"cuda engine: launching the CUDA graph failed "
-                                  f"({_describe(e)})") from None
-            return
-        for k, kern, cfg, args in zip(p.table.kernels, sh.kernels, st.configs, st.args):
-            _launch_one(cc, st.stream, k, kern, cfg, args, "launching")
+                    raise DeviceError(f"cuda engine: launching the CUDA graph failed "
+                                      f"({_describe(e)})") from None
+                return
+        for k, kern, cfg, a in zip(p.table.kernels, sh.kernels, st.configs, args):
+            _launch_one(cc, st.stream, k, kern, cfg, a, "launching")
             if p.sync_each:
                 try:
                     st.stream.sync()
@@ -565,6 +551,35 @@ class CudaContext:
                     raise DeviceError(f"cuda engine: kernel {k.name} ({k.loc}, grid {k.grid}, "
                                       f"block {k.block}) failed while running "
                                       f"({_describe(e)})") from None
+
+    def _capture(self, st: _ContextState, args: list) -> tuple:
+        """(graph, builder): the launches with ``args`` captured into a CUDA graph."""
+        p = self.program
+        sh = st.shared
+        gb = graph = None
+        try:
+            gb = st.stream.create_graph_builder()
+            gb.begin_building()
+            for k, kern, cfg, a in zip(p.table.kernels, sh.kernels, st.configs, args):
+                _launch_one(sh.cc, gb, k, kern, cfg, a, "capturing")
+            gb.end_building()
+            graph = gb.complete()
+            p.interop.add(graphs_captured=1)
+            return graph, gb
+        except PtxcError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise DeviceError(f"cuda engine: capturing the CUDA graph of "
+                              f"{len(p.table.kernels)} kernels failed "
+                              f"({_describe(e)}); cuda_graph=False launches directly") from None
+        finally:
+            if gb is not None and graph is None:  # a failed capture: end it
+                try:
+                    if gb.is_building:
+                        gb.end_building()
+                    gb.close()
+                except Exception:  # noqa: BLE001
+                    pass
 
     def _sync(self, st: _ContextState) -> None:
         """Wait for the inference; then read the error flag (a set flag is cleared for the next
@@ -642,82 +657,9 @@ class CudaContext:
         return out
 
     def run_device(self, inputs: dict, out: dict | None = None, stream=None) -> dict:
-        """One inference from device arrays to device arrays; the data moves device-to-device
-        only (one copy into the engine's input buffers, whose addresses the CUDA graph holds,
-        and one out of its output buffers).
-
-        ``inputs``: by name, anything with ``__cuda_array_interface__`` (torch, cupy, numba) or
-        ``__dlpack__`` (viewed through cuda.core's ``StridedMemoryView``, no copy), C-contiguous,
-        of each input's shape and dtype. ``out``: by name, device arrays (same protocols) that
-        receive the outputs (e.g. torch tensors: torch then owns the results, no allocation
-        here); the others go to fresh numba device arrays, which ``torch.as_tensor(a,
-        device="cuda")`` views without a copy. ``stream``: the caller's stream (a torch or
-        cuda.core stream, anything with ``__cuda_stream__``, a numba stream, or a ``CUstream``
-        address as an int): the inference is ordered after the work queued on it so far, the
-        work queued on it later waits for the inference, and this returns without waiting (as
-        a TensorRT ``enqueueV3``); without ``stream`` the outputs are complete on return."""
-        p = self.program
-        p._check_names(inputs, "device array")
-        for n in p.table.inputs + p.table.outputs:
-            t = p._arg_slots[n].type
-            if not t.is_default_layout:
-                raise BindingError(f"run_device: binding {n!r} has layout {t}, which a "
-                                   "device-to-device copy cannot scatter; use run()")
-        out = dict(out or {})
-        unknown = sorted(set(out) - set(p.table.outputs))
-        if unknown:
-            raise BindingError(f"run_device: out= names {unknown} are not outputs; the outputs "
-                               f"are {list(p.table.outputs)}")
-        with self._lock:
-            st = self._ready()
-            cuda = st.shared.cuda
-            from numba.cuda.cudadrv import driver as drv
-            views = {n: p._device_view(st.shared, n, inputs[n], "input") for n in p.table.inputs}
-            targets = {n: p._device_view(st.shared, n, a, "out") for n, a in out.items()}
-            caller = p._caller_stream(st.shared, stream) if stream is not None else None
-            if caller is not None:
-                try:
-                    st.stream.wait(caller)  # after what the caller queued so far
-                except Exception as e:  # noqa: BLE001
-                    raise DeviceError(f"run_device: cannot order after the caller's stream "
-                                      f"({_describe(e)})") from None
-            outs = {}
-            try:
-                for n, v in views.items():
-                    nb = p._arg_slots[n].nbytes
-                    if nb:
-                        drv.device_to_device(st.bindings[n], v, nb, stream=st.nstream)
-            except Exception as e:  # noqa: BLE001
-                raise DeviceError(f"cuda engine: copying the inputs on the device failed "
-                                  f"({_describe(e)})") from None
-            self._launch_all(st)
-            for n in p.table.outputs:
-                s = p._arg_slots[n]
-                try:
-                    outs[n] = targets[n] if n in targets else cuda.device_array(
-                        s.shape, np.dtype(s.dtype))
-                except Exception as e:  # noqa: BLE001
-                    if _is_oom(e):
-                        raise OutOfMemoryError(f"run_device: out of device memory for output "
-                                               f"{n!r} ({s.nbytes:,} bytes)") from None
-                    raise DeviceError(f"run_device: allocating output {n!r} failed "
-                                      f"({_describe(e)})") from None
-                try:
-                    if s.nbytes:
-                        drv.device_to_device(outs[n], st.bindings[n], s.nbytes,
-                                             stream=st.nstream)
-                except Exception as e:  # noqa: BLE001
-                    raise DeviceError(f"cuda engine: the inference or the copy of output {n!r} "
-                                      f"failed ({_describe(e)})") from None
-            if caller is not None:
-                try:
-                    caller.wait(st.stream)  # the caller's later work waits for the inference
-                except Exception as e:  # noqa: BLE001
-                    raise DeviceError(f"run_device: cannot order the caller's stream after the "
-                                      f"inference ({_describe(e)})") from None
-            else:
-                self._sync(st)
-            return {n: out[n] if n in out else outs[n] for n in p.table.outputs}
+        """One inference from device arrays to device arrays, on the caller's memory where it
+        can be bound into the kernels (:func:`ptxc.driver.cuda_interop.run_device`)."""
+        return run_device(self, inputs, out, stream)
 
 
 def _launch_one(cc, stream, k, kern, cfg, args, doing: str) -> None:

@@ -146,8 +146,10 @@ class Engine:
         """Run one inference on device arrays (``__cuda_array_interface__`` or ``__dlpack__``:
         torch, cupy, numba): inputs by name; outputs into ``out`` (by name, e.g. torch tensors)
         or fresh numba device arrays; on the caller's ``stream`` when given (ordered on it,
-        returns without waiting). No host copies (cuda engines only; see
-        :meth:`ptxc.driver.cuda.CudaProgram.run_device`)."""
+        returns without waiting). No host copies; the kernels read and write the caller's
+        tensors in place where they are aligned and do not overlap (``out=`` for zero copies;
+        ``program.interop`` counts what was bound and what copied). Cuda engines only; see
+        :mod:`ptxc.driver.cuda_interop`."""
         if self.target != "cuda":
             raise DeviceError(f"run_device runs cuda engines; this one is {self.target} (use "
                               "run)")

@@ -11,8 +11,9 @@ something the test controls; tests pass a fake clock that a fake inference advan
 
 What one sample is: the wall time of one inference as a user calls it. On the cpu target that is
 ``engine.run`` on host arrays (binding checks, output allocation, the kernels); on the cuda
-target ``engine.run_device`` on device arrays uploaded once (device-to-device copies in and out,
-the launches or the graph replay, the synchronize), as trtexec's latency without host transfers.
+target ``engine.run_device`` on device arrays uploaded once (bound into the kernels without a
+copy, the launches or the graph replay, the copy of the outputs into fresh device arrays, the
+synchronize), as trtexec's latency without host transfers.
 
 The host's share: what of a run's mean latency is not compute. Compute is measured in separate
 runs apart from the timed ones: on cuda, timing events around each inference's launches (GPU
