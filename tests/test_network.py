@@ -45,6 +45,17 @@ def test_network_numerics_vs_onnxruntime():
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6)
 
 
+def test_onnx_export_has_the_lowest_ir_version_its_opset_needs():
+    """Not this onnx package's newest IR version: an older onnxruntime (the H200 machine's reads
+    IR 13 at most, onnx 1.23 writes 14) must open what ptxc exports."""
+    import onnx
+    model = tiny_net(np.random.default_rng(0)).to_onnx()
+    onnx.checker.check_model(model)
+    (opset,) = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    assert model.ir_version == 10 if opset >= 21 else model.ir_version <= 10
+    assert model.ir_version < onnx.IR_VERSION
+
+
 def test_bad_layer_fails_at_once_naming_it():
     net = ptxc.Network("bad")
     x = net.add_input("x", (1, 3, 8, 8))

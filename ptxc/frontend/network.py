@@ -353,5 +353,8 @@ class Network:
             outputs.append(helper.make_tensor_value_info(
                 out_name, _NP_TO_ONNX[t.value.type.element.name], t.shape))
         graph = helper.make_graph(nodes, self.name, self._inputs, outputs, self._initializers)
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                                 producer_name="ptxc.Network")
+        opsets = [helper.make_opsetid("", OPSET)]
+        # the lowest IR version that carries the opset, not this onnx package's newest: a model
+        # written by a newer onnx than the reader's runtime (onnxruntime) otherwise fails to open
+        return helper.make_model(graph, opset_imports=opsets, producer_name="ptxc.Network",
+                                 ir_version=helper.find_min_ir_version_for(opsets))
