@@ -8,6 +8,7 @@ in the second half. The kernel table carries each launch's grid, block, shared b
 schedule. Without a GPU nothing here runs PTX; tests marked ``gpu`` do, on the device machine.
 """
 
+import os
 import re
 
 import numpy as np
@@ -536,3 +537,61 @@ def test_light_model_ptx_on_gpu_gives_the_expected_output(name):
     p = lower_to_ptx(mapped(lm.path(name)))
     (out,) = run_on_gpu(p, lm.dummy_inputs(model)).values()
     np.testing.assert_allclose(out, lm.expected_output(name), rtol=1e-3, atol=1e-7)
+
+
+# ---- libdevice parsed once per process ------------------------------------------------------
+def test_emission_declares_only_the_listed_libdevice_functions():
+    """The part of libdevice kept parsed (libdevice_functions) holds every __nv_ function the
+    emission declares, for every math op, pow and the f32/f64 forms (f16 goes through f32)."""
+    from ptxc.lower.llvm_scalar import _TRIG, libdevice_functions
+    declared = set()
+    for el in (F32, F64):
+        m, _ = all_math(el)
+        declared |= set(re.findall(r'@"(__nv_\w+)"', lower_loop_to_llvm(m, target="nvptx").text))
+    assert declared and declared <= libdevice_functions()
+    assert {f"__nv_{t}{s}" for t in _TRIG for s in ("", "f")} <= libdevice_functions()
+
+
+def test_trimmed_libdevice_links_to_the_same_ptx(monkeypatch):
+    """Linking the kept part of libdevice and linking the whole library give the same PTX."""
+    from ptxc.lower import llvm_scalar
+    from ptxc.ptx import libdevice
+    m, _ = all_math(F32)
+    full0 = libdevice.stats["full_parses"]
+    trimmed = lower_to_ptx(m, arch=ARCH).ptx
+    assert libdevice.stats["full_parses"] <= full0 + 1   # at most the one parse of the process
+    monkeypatch.setattr(llvm_scalar, "libdevice_functions", lambda: frozenset())
+    before = libdevice.stats["full_parses"]
+    whole = lower_to_ptx(m, arch=ARCH).ptx                # a name outside the set: whole library
+    assert libdevice.stats["full_parses"] == before + 1
+    assert trimmed == whole and "__nv_" not in trimmed
+
+
+def test_libdevice_is_parsed_once_under_threads(monkeypatch):
+    import threading
+
+    from ptxc.ptx import libdevice
+    path = libdevice.find_libdevice()
+    monkeypatch.setattr(libdevice, "_TRIMMED", {})
+    monkeypatch.setitem(libdevice.stats, "full_parses", 0)
+    got, barrier = [], threading.Barrier(4)
+
+    def work():
+        barrier.wait()
+        got.append(libdevice.trimmed_bitcode(path))
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert libdevice.stats["full_parses"] == 1 and len(set(got)) == 1 and len(got) == 4
+    m, _ = all_math(F64)
+    lower_to_ptx(m, arch=ARCH)
+    lower_to_ptx(m, arch=ARCH)
+    assert libdevice.stats["full_parses"] == 1          # links parse the kept bitcode only
+    # the kept part is far smaller than the library, and defines every listed function
+    import llvmlite.binding as llvm
+    from ptxc.lower.llvm_scalar import libdevice_functions
+    assert len(got[0]) < os.path.getsize(path) / 4
+    defined = {f.name for f in llvm.parse_bitcode(got[0]).functions if not f.is_declaration}
+    assert libdevice_functions() <= defined

@@ -62,6 +62,15 @@ _LIBDEVICE = {"exp": "exp", "log": "log", "tanh": "tanh", "erf": "erf", "abs": "
 #: the trigonometric family: libm's double function (CPU), libdevice's (GPU), same names
 _TRIG = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
 _LIBDEVICE.update({n: n for n in _TRIG})
+#: the libdevice stems called outside ``_LIBDEVICE`` (``math.fmod``-like ``arith.rem``, ``pow``)
+_LIBDEVICE_EXTRA = ("fmod", "pow")
+
+
+def libdevice_functions() -> frozenset:
+    """Every ``__nv_*`` function the NVPTX emission may declare (f32 and f64 forms): the part of
+    libdevice :mod:`ptxc.ptx.libdevice` keeps parsed for the process."""
+    stems = set(_LIBDEVICE.values()) | set(_LIBDEVICE_EXTRA)
+    return frozenset(f"__nv_{s}{sfx}" for s in stems for sfx in ("", "f"))
 
 
 def llvm_type(t: ScalarType) -> ir.Type:
