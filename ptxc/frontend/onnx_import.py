@@ -27,7 +27,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..dialects.func import new_func, new_module, set_func_results
-from ..errors import ModelError, PtxcError, UnsupportedOpError
+from ..errors import ModelError, UnsupportedOpError
 from ..ir.builder import Builder
 from ..ir.core import Operation
 from ..ir.spec import lookup
@@ -274,23 +274,9 @@ def import_onnx(model, input_shapes: dict | None = None, constant_inputs: dict |
         except Exception as e:
             raise ModelError(f"{where}: cannot read: {e}") from None
 
-    table = converters()
+    from .convert.functions import convert_node
     for i, node in enumerate(g.node):
-        ctx.node, ctx.node_name = node, node.name or f"{node.op_type}_{i}"
-        try:
-            outs = table[node.op_type](ctx)
-        except PtxcError:
-            raise
-        except Exception as e:  # a converter bug must still name the node
-            raise ctx.error(f"cannot convert: {type(e).__name__}: {e}") from e
-        produced = [n for n in node.output][:len(outs)]
-        for name, v in zip(produced, outs):
-            if name:
-                v.name_hint = name
-                values[name] = v
-        for name in node.output[len(outs):]:
-            if name:
-                values[name] = MissingOutput(ctx.node_name, node.op_type, name)
+        convert_node(ctx, node, node.name or f"{node.op_type}_{i}")
 
     results, names = [], []
     for vi in g.output:

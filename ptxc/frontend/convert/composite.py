@@ -202,3 +202,48 @@ def lp_pool(ctx: ConvertContext):
     if p == 2:
         return [ctx.emit1("graph.sqrt", [s])]
     return [ctx.emit1("graph.pow", [s, _const(ctx, 1.0 / p, el)])]
+
+
+def _blocks(ctx):
+    t = ctx.type(0)
+    b = int(ctx.attr("blocksize", 0))
+    if t.rank != 4 or b <= 0:
+        raise ctx.error(f"needs a 4-D input and blocksize >= 1, got {t}, blocksize {b}")
+    return t.shape, b
+
+
+@converter("SpaceToDepth")
+def space_to_depth(ctx: ConvertContext):
+    """SpaceToDepth 1, 13, 28: ``[N, C, H, W] -> reshape [N, C, H/b, b, W/b, b] -> transpose
+    -> [N, C*b*b, H/b, W/b]``, the transpose (0, 3, 5, 1, 2, 4) in mode DCR (the only mode
+    before 28), (0, 1, 3, 5, 2, 4) in mode CRD."""
+    (n, c, h, w), b = _blocks(ctx)
+    if h % b or w % b:
+        raise ctx.error(f"blocksize {b} must divide H = {h} and W = {w}")
+    mode = str(ctx.attr("mode", "DCR"))
+    if mode not in ("DCR", "CRD"):
+        raise ctx.error(f"mode must be DCR or CRD, got {mode!r}")
+    perm = [0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4]
+    y = ctx.emit1("graph.reshape", [ctx.input(0)], {"shape": [n, c, h // b, b, w // b, b]})
+    y = ctx.emit1("graph.transpose", [y], {"perm": perm})
+    return [ctx.emit1("graph.reshape", [y], {"shape": [n, c * b * b, h // b, w // b]})]
+
+
+@converter("DepthToSpace")
+def depth_to_space(ctx: ConvertContext):
+    """DepthToSpace 1, 11, 13: mode DCR ``reshape [N, b, b, C/b², H, W], transpose
+    (0, 3, 4, 1, 5, 2)``; mode CRD ``reshape [N, C/b², b, b, H, W], transpose
+    (0, 1, 4, 2, 5, 3)``; then ``[N, C/b², H*b, W*b]``."""
+    (n, c, h, w), b = _blocks(ctx)
+    if c % (b * b):
+        raise ctx.error(f"blocksize² = {b * b} must divide the {c} channels")
+    mode = str(ctx.attr("mode", "DCR"))
+    if mode == "DCR":
+        shape, perm = [n, b, b, c // (b * b), h, w], [0, 3, 4, 1, 5, 2]
+    elif mode == "CRD":
+        shape, perm = [n, c // (b * b), b, b, h, w], [0, 1, 4, 2, 5, 3]
+    else:
+        raise ctx.error(f"mode must be DCR or CRD, got {mode!r}")
+    y = ctx.emit1("graph.reshape", [ctx.input(0)], {"shape": shape})
+    y = ctx.emit1("graph.transpose", [y], {"perm": perm})
+    return [ctx.emit1("graph.reshape", [y], {"shape": [n, c // (b * b), h * b, w * b]})]
