@@ -53,7 +53,9 @@ the JIT a cpu plan's module is checked to define exactly the
 table's kernels with the table's signatures, to declare only the C library functions the CPU
 runtime registers and LLVM intrinsics, to call only named functions (no inline assembly, no
 calls through pointers) and to hold no global variables: these catch damage and mismatch and
-keep a plan's code from calling into the rest of the process, but they are no sandbox (a crafted
+keep a plan's code from calling into the rest of the process; the object code's ELF tables are
+checked (:mod:`ptxc.driver.plan_object`) before LLVM's loader reads them, and it may link only
+against the kernels and the runtime's functions; but these are no sandbox (a crafted
 file with a recomputed checksum can still index outside its buffers). The SHA-256 detects
 damage; it does not authenticate.
 
@@ -372,11 +374,13 @@ def host_cpu_features() -> str:
     return ",".join(sorted(llvm.get_host_cpu_features().flatten().split(",")))
 
 
-def _object_code(header: dict, blobs: dict, source: str) -> bytes | None:
+def _object_code(header: dict, blobs: dict, table, source: str) -> bytes | None:
     """A cpu plan's host object code, when it has one: refused (cause ``target``) unless this
     host's CPU features are the ones it was built for, since the code may use any of them (the
-    CPU name only tunes scheduling: it is a record); a plan without an object, from an older
-    ptxc, is JIT-compiled from its IR."""
+    CPU name only tunes scheduling: it is a record), and (cause ``code``) unless its ELF
+    structure passes :func:`~ptxc.driver.plan_object.check_object`, so that LLVM's object
+    loader never sees a damaged table; a plan without an object, from an older ptxc, is
+    JIT-compiled from its IR."""
     import llvmlite.binding as llvm
     obj = blobs.get(("object", "module"))
     if obj is None:
@@ -393,7 +397,15 @@ def _object_code(header: dict, blobs: dict, source: str) -> bytes | None:
                       f"{str(host.get('cpu_name'))[:40]!r}; this host is "
                       f"{llvm.get_host_cpu_name()!r}; features differ: {', '.join(diff)}); "
                       "recompile the model here", source)
-    return obj.tobytes()
+    from .cpu import _LIBGCC, _LIBM
+    from .plan_object import check_object
+    code = obj.tobytes()
+    try:
+        check_object(code, host.get("triple"), [k.name for k in table.kernels],
+                     set(_LIBM) | set(_LIBGCC))
+    except ValueError as e:
+        raise _refuse("code", f"the stored object code is malformed: {e}", source) from None
+    return code
 
 
 def save_plan(engine, path, key=None) -> None:
@@ -759,7 +771,7 @@ def engine_from_plan(data, *, threads: int | None = None, source: str = "<plan>"
         return _cuda_engine_from_plan(header, blobs, source, t0)
     table, globals_, inputs, outputs = _kernel_table(header, blobs, source)
     text = _text_blob(blobs, "llvm", "a cpu plan", "LLVM module", source)
-    obj = _object_code(header, blobs, source)
+    obj = _object_code(header, blobs, table, source)
     _check_code(text, table, source)  # the IR the object was compiled from keeps to the rules
     options = header.get("options")
     work = options.get("min_parallel_work") if isinstance(options, dict) else None

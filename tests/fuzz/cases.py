@@ -127,7 +127,10 @@ def plans(draw, base: bytes) -> bytes:
     """A mutation of a real plan: header fields (checksum recomputed or not), bytes, length."""
     import hashlib
     import struct
-    what = draw(st.sampled_from(["field", "field", "field", "flip", "truncate", "extend"]))
+    what = draw(st.sampled_from(["field", "field", "field", "flip", "truncate", "extend",
+                                 "object"]))
+    if what == "object":  # damage the object code's ELF tables, checksum recomputed
+        return object_flips(base, draw)
     if what == "flip":
         data = bytearray(base)
         for _ in range(draw(st.integers(1, 8))):
@@ -165,6 +168,48 @@ def plans(draw, base: bytes) -> bytes:
     body = struct.pack("<8sIQ", b"PTXCPLAN", version, len(head)) + head
     body += b"\0" * (start - len(body)) + section
     return body + hashlib.sha256(body).digest()
+
+
+def object_blob(base: bytes) -> tuple[int, int]:
+    """(file offset, length) of a cpu plan's object code blob."""
+    import struct
+    _, _, hlen = struct.unpack("<8sIQ", base[:20])
+    header = json.loads(base[20:20 + hlen])
+    start = -(-(20 + hlen) // 64) * 64
+    row = next(b for b in header["blobs"] if b["kind"] == "object")
+    return start + row["offset"], row["nbytes"]
+
+
+def object_flips(base: bytes, draw) -> bytes:
+    """Byte flips and overwrites in the object code's ELF header and tables (section headers,
+    symbols, strings, relocations), with the checksum recomputed. Not in the machine code
+    itself: a plan's code is trusted as a shared library's is (a flipped instruction is still
+    a well-formed object; only a signature keeps it out), which docs/runtime.md says."""
+    import hashlib
+    import struct
+    at, n = object_blob(base)
+    obj = base[at:at + n]
+    shoff, = struct.unpack_from("<Q", obj, 40)
+    shnum, = struct.unpack_from("<H", obj, 60)
+    code = []
+    for i in range(shnum):
+        _, _, flags, _, off, size, _, _, _, _ = struct.unpack_from("<IIQQQQIIQQ", obj,
+                                                                   shoff + 64 * i)
+        if flags & 0x4:  # SHF_EXECINSTR
+            code.append((off, off + size))
+    data = bytearray(base)
+    for _ in range(draw(st.integers(1, 4))):
+        region = draw(st.sampled_from(["header", "tail", "any"]))
+        lo, hi = {"header": (0, 64), "tail": (max(0, n - 512), n), "any": (0, n)}[region]
+        k = draw(st.integers(lo, hi - 1))
+        if any(a <= k < b for a, b in code):
+            continue
+        if draw(st.booleans()):
+            data[at + k] ^= draw(st.integers(1, 255))
+        else:
+            data[at + k] = draw(st.sampled_from([0, 1, 0x7F, 0x80, 0xFF]))
+    data[-32:] = hashlib.sha256(bytes(data[:-32])).digest()
+    return bytes(data)
 
 
 @st.composite

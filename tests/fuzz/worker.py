@@ -1,5 +1,6 @@
 """The fuzz worker: a child process that runs cases sent by the harness, one at a time, and
-answers each with its outcome. A crash (signal) or hang kills only this process; the harness
+answers each with its outcome. A case may first report a stage it reached (``{"stage":
+"run"}``: a plan loaded and is about to run), so that a crash is counted where it happened. A crash (signal) or hang kills only this process; the harness
 counts it and starts a new worker.
 
 Protocol: a case is ``<4-byte length><JSON {"target", "hex"}>`` on stdin; the answer is one
@@ -28,6 +29,12 @@ def _small(engine) -> bool:
                + list(engine.outputs.values()))
 
 
+def stage(name: str) -> None:
+    """Tell the harness the case reached ``name`` (a crash after it is counted there)."""
+    sys.stdout.write(json.dumps({"stage": name}) + "\n")
+    sys.stdout.flush()
+
+
 def run_case(target: str, payload: bytes, state: dict) -> None:
     import onnx
     import ptxc
@@ -45,6 +52,7 @@ def run_case(target: str, payload: bytes, state: dict) -> None:
     elif target == "plan":
         from ptxc.driver.plan import engine_from_plan
         engine = engine_from_plan(payload)
+        stage("run")  # loaded: a crash from here on is in the plan's code, not the loader
         if _small(engine):
             engine.run(_inputs_for(engine, rng))
     elif target == "inputs":
