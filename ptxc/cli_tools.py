@@ -3,56 +3,24 @@ entry points; the work is in :mod:`ptxc.tools`). :mod:`ptxc.cli` registers them.
 
 from __future__ import annotations
 
-import json
 import sys
 
+from .cli_options import (add_model, add_options, check_model_file, check_output_path,
+                          is_plan, load_engine, make_feeds, model_label, parse_shapes,
+                          requested_precision, require_gpu, resolve_model, target_of,
+                          write_json)
 from .errors import PtxcError
-
-#: the precision each flag asks for
-PRECISION_FLAGS = {"fp16": "fp16", "int8": "int8", "tf32": "tf32"}
-
-
-def requested_precision(args) -> str:
-    """The precision the flags ask for; refuses one ptxc does not have yet (never fakes it)."""
-    from .compiler import PRECISIONS
-    asked = [p for flag, p in PRECISION_FLAGS.items() if getattr(args, flag, False)]
-    if getattr(args, "precision", None) not in (None, "fp32"):
-        asked.append(args.precision)
-    if len(set(asked)) > 1:
-        raise PtxcError(f"conflicting precisions {sorted(set(asked))}: give one")
-    precision = asked[0] if asked else "fp32"
-    if precision not in PRECISIONS:
-        raise PtxcError(f"precision {precision!r} is not available in this ptxc yet (available: "
-                        f"{', '.join(PRECISIONS)})")
-    return precision
 
 
 def add_model_options(c, plan_ok: bool) -> None:
     """The options every command that compiles a model takes."""
-    from .cli import add_compile_options
-    c.add_argument("model", help="ONNX file, light:NAME" + (", or a plan file" if plan_ok else ""))
-    add_compile_options(c)
-    c.add_argument("--fp16", action="store_true", help="compile with precision fp16")
-    c.add_argument("--int8", action="store_true", help="compile with precision int8")
-    c.add_argument("--input", action="append", metavar="NAME=FILE.npy",
-                   help="an input from a .npy file (others: seeded random normal)")
-    c.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-
-
-def _write_json(path: str, obj) -> None:
-    from .cli import file_error
-    try:
-        with open(path, "w") as f:
-            json.dump(obj, f, indent=1)
-            f.write("\n")
-    except OSError as e:
-        raise file_error(path, e, "cannot write") from None
+    add_model(c, plan_ok)
+    add_options(c, "compile", "inputs")
 
 
 # ---- bench ---------------------------------------------------------------------------------------
 
 def cmd_bench(args) -> int:
-    from .cli import check_output_path, load_engine, make_feeds, model_label
     from .tools.bench import bench_engine
     from .tools.profile import onnx_op_types, profile_engine
     for flag, path in (("--json", args.json), ("--export-profile", args.export_profile)):
@@ -75,10 +43,10 @@ def cmd_bench(args) -> int:
             sys.stdout.write(prof.format())
         report["profile"] = prof.to_json()
         if args.export_profile:
-            _write_json(args.export_profile, prof.chrome_trace())
+            write_json(args.export_profile, prof.chrome_trace())
             print(f"trace written to {args.export_profile} (chrome://tracing, Perfetto)")
     if args.json:
-        _write_json(args.json, report)
+        write_json(args.json, report)
         print(f"results written to {args.json}")
     return 0
 
@@ -109,14 +77,12 @@ def add_bench(sub) -> None:
 def cmd_compare(args) -> int:
     """Exit status: 0 when every output (and layer) is within tolerance, 1 when one is not,
     2 on an error."""
-    from .cli import (check_model_file, check_output_path, load_engine, make_feeds, parse_shapes,
-                      resolve_model, _is_plan)
     from .tools.compare import compare_model
     if args.json:
         check_output_path(args.json, "--json")
     path = resolve_model(args.model)
     check_model_file(path)
-    if _is_plan(path):
+    if is_plan(path):
         raise PtxcError(f"{args.model!r} is a plan file: compare takes the ONNX model (and the "
                         "plan with --plan PLAN)")
     engine = None
@@ -127,22 +93,16 @@ def cmd_compare(args) -> int:
         plan_args = argparse_copy(args, model=args.plan)
         engine, _ = load_engine(plan_args)
     elif args.target == "cuda" or args.arch:
-        from .cli import _require_gpu
-        _require_gpu()
-    report = compare_model(path, target=_target(args), precision=requested_precision(args),
+        require_gpu()
+    report = compare_model(path, target=target_of(args), precision=requested_precision(args),
                            atol=args.atol, rtol=args.rtol, input_shapes=parse_shapes(
                                args.input_shape), layerwise=args.layerwise, engine=engine,
                            make_feeds=lambda e: make_feeds(e, args.input, args.seed),
                            layout=args.layout)
     sys.stdout.write(report.format())
     if args.json:
-        _write_json(args.json, report.to_json())
+        write_json(args.json, report.to_json())
     return 0 if report.passed else 1
-
-
-def _target(args) -> str:
-    from .compiler import resolve_target
-    return "cuda" if args.target == "auto" and args.arch else resolve_target(args.target)
 
 
 def argparse_copy(args, **changes):
@@ -158,8 +118,7 @@ def add_compare(sub) -> None:
     add_model_options(c, plan_ok=False)
     c.add_argument("--plan", metavar="PLAN", help="compare this plan file's engine instead of "
                    "compiling the model")
-    c.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (1e-4)")
-    c.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (1e-3)")
+    add_options(c, "tolerance")
     c.add_argument("--layerwise", action="store_true",
                    help="also compare every intermediate tensor that survives fusion, and name "
                    "the first layer out of tolerance")
@@ -171,13 +130,12 @@ def add_compare(sub) -> None:
 
 def cmd_bisect(args) -> int:
     """Exit status: 0 when no rewrite changes the result, 1 when one is named, 2 on an error."""
-    from .cli import check_model_file, parse_shapes, resolve_model
     from .tools.bisect import bisect_model
     path = resolve_model(args.model)
     check_model_file(path)
     result = bisect_model(path, passes=args.passes, input_shapes=parse_shapes(args.input_shape),
                           atol=args.atol, rtol=args.rtol, seed=args.seed,
-                          later_stages=not args.graph_only, target=_target(args))
+                          later_stages=not args.graph_only, target=target_of(args))
     sys.stdout.write(result.format())
     return 1 if result.found else 0
 
@@ -185,15 +143,11 @@ def cmd_bisect(args) -> int:
 def add_bisect(sub) -> None:
     b = sub.add_parser("bisect", help="replay the rewrites one application at a time and name "
                        "the first that changes the result beyond tolerance")
-    b.add_argument("model", help="ONNX file, or light:NAME")
+    add_model(b)
     b.add_argument("--passes", default=None, help="the graph pipeline (default graph-opt)")
-    b.add_argument("--input-shape", action="append", metavar="NAME=DIMS",
-                   help="bind an input's symbolic dims, e.g. data=1x3x224x224")
-    b.add_argument("--target", default="cpu", help="the target of the later stages (cpu)")
-    b.add_argument("--arch", default=None, help=argparse_suppress())
-    b.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (1e-4)")
-    b.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (1e-3)")
-    b.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    add_options(b, "input_shape", "target", "arch", "tolerance", "seed",
+                target={"default": "cpu", "help": "the target of the later stages (cpu)"},
+                arch={"help": argparse_suppress()})
     b.add_argument("--graph-only", action="store_true",
                    help="bisect the graph stage only (skip the pass-by-pass check of the "
                    "tensor and loop stages)")

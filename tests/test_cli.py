@@ -191,6 +191,28 @@ def test_cli_plan_refuses_compile_options(tmp_path, capsys):
     assert "--input-shape does not apply" in capsys.readouterr().err
     assert main(["bench", str(plan), "--iterations", "2", "--warmup", "0"]) == 0
     assert "2 timed runs" in capsys.readouterr().out
+    # every compile-only shared option is refused, --calib too (it was ignored before)
+    assert main(["run", str(plan), "--calib", str(tmp_path), "--layout", "nhwc"]) == 2
+    assert "--layout, --calib do not apply" in capsys.readouterr().err
+
+
+def test_cli_common_options_are_declared_once():
+    """compile, run, bench and compare take the shared compile options from one table: the same
+    flags with the same defaults and help on each (explore and bisect take a subset)."""
+    from ptxc.cli import build_parser
+    from ptxc.cli_options import GROUPS, OPTIONS
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices
+    for cmd in ("compile", "run", "bench", "compare", "explore", "bisect"):
+        actions = {a.dest: a for a in sub[cmd]._actions}
+        shared = [d for d in GROUPS["compile"] if d in actions]
+        assert shared, cmd
+        for d in shared:
+            o = OPTIONS[d]
+            assert actions[d].option_strings == list(o.flags), (cmd, d)
+            if cmd not in ("explore", "bisect"):    # their own --target default and help
+                assert actions[d].default == o.default and actions[d].help == o.kwargs["help"]
+        if cmd in ("compile", "run", "bench", "compare"):
+            assert set(GROUPS["compile"]) <= set(actions), cmd
 
 
 def test_cli_ctrl_c_exits_130_with_one_line(capsys, monkeypatch):
