@@ -167,3 +167,76 @@ def test_a_list_where_a_blob_dtype_should_be_is_a_plan_error(good):
     """Found by the plan fuzzer (tests/fuzz/crashes/plan-02c3d1031dcc647e): a TypeError."""
     bad = edited(good, lambda h: h["blobs"][0].update(dtype=[10**30]))
     refused(bad, "blob", "dtype")
+
+
+# ---- a header edited alone: the code's own footprint refuses it ------------------------------
+
+def _gather_plan():
+    from tests.fuzz.harness import base_model
+    return plan_to_bytes(ptxc.compile(base_model(), target="cpu"))
+
+
+def nbytes(slot):
+    return slot["span"] * np.dtype(slot["dtype"]).itemsize
+
+
+def _shrink_input(h, name):
+    """Shrink input ``name``'s first dimension in both its binding and its kernel-table slot,
+    consistently (what a crafter who knows the format would do)."""
+    for s in h["kernel_table"]["slots"]:
+        if s["name"] == name:
+            s["shape"] = [max(1, s["shape"][0] // 2)] + s["shape"][1:]
+            s["span"] = int(np.prod(s["shape"]))
+    for b in h["bindings"]["inputs"]:
+        if b["name"] == name:
+            b["shape"] = [max(1, b["shape"][0] // 2)] + b["shape"][1:]
+
+
+@pytest.mark.parametrize("which", ["good", "gather"])
+def test_a_shrunken_binding_with_a_recomputed_checksum_is_refused(good, which):
+    data = good if which == "good" else _gather_plan()
+    header, _ = split(data)
+    name = next(s["name"] for s in header["kernel_table"]["slots"]
+                if s["kind"] == "arg" and s["shape"] and s["shape"][0] > 1)
+    bad = edited(data, lambda h: _shrink_input(h, name))
+    refused(bad, "code", "was compiled for", f"slot {name!r}")
+
+
+def test_a_trip_count_grown_within_its_buffers_is_refused():
+    """Past the bound on any buffer's size (test_an_oversized_trip_count_is_refused), a trip
+    count grown by one still fits the buffers' element counts; the kernel's range says no."""
+    data = _gather_plan()
+    header, _ = split(data)
+    k = header["kernel_table"]["kernels"][0]
+    most = max(header["kernel_table"]["slots"][i]["span"] for i in k["buffers"])
+    assert k["trip_count"] + 1 <= most  # the old check alone let this through
+    bad = edited(data, lambda h: h["kernel_table"]["kernels"][0].update(
+        trip_count=k["trip_count"] + 1))
+    refused(bad, "code", "trip count of", str(k["trip_count"]))
+
+
+def test_swapped_buffers_of_one_kernel_are_refused():
+    good = _gather_plan()
+    header, _ = split(good)
+    ks = header["kernel_table"]["kernels"]
+    slots = header["kernel_table"]["slots"]
+    k, (a, b) = next((i, (x, y)) for i, kk in enumerate(ks)
+                     for x in range(len(kk["buffers"])) for y in range(x + 1, len(kk["buffers"]))
+                     if nbytes(slots[kk["buffers"][x]]) != nbytes(slots[kk["buffers"][y]]))
+
+    def swap(h):
+        bufs = h["kernel_table"]["kernels"][k]["buffers"]
+        bufs[a], bufs[b] = bufs[b], bufs[a]
+    refused(edited(good, swap), "code", "was compiled for")
+
+
+def test_the_kernels_state_their_footprint(engine):
+    e, _ = engine
+    text = e.program.program.text
+    for k in e.kernels.kernels:
+        line = next(x for x in text.splitlines() if x.startswith("define")
+                    and f'@"{k.name}"' in x or f"@{k.name}(" in x)
+        assert f"range(i64 0, {k.trip_count + 1})" in line, line
+        for i in k.buffers:
+            s = e.kernels.slots[i]
+            assert f"dereferenceable({s.span * np.dtype(s.dtype).itemsize})" in line, line

@@ -50,7 +50,9 @@ exactly the table's kernels (``.entry``) with one parameter per table buffer, an
 touches the GPU until the first run, where the driver JIT-compiles the PTX for the device (as
 it does for any PTX); no LLVM runs, so a cuda plan does not depend on the LLVM version. Before
 the JIT a cpu plan's module is checked to define exactly the
-table's kernels with the table's signatures, to declare only the C library functions the CPU
+table's kernels with the table's signatures and footprints (each buffer's
+``dereferenceable`` bytes and the ``range`` of the kernel's iteration arguments, stated by
+loop-to-llvm: a slot, binding or trip count edited in the header alone is refused), to declare only the C library functions the CPU
 runtime registers and LLVM intrinsics, to call only named functions (no inline assembly, no
 calls through pointers) and to hold no global variables: these catch damage and mismatch and
 keep a plan's code from calling into the rest of the process; the object code's ELF tables are
@@ -646,6 +648,7 @@ def _check_code(text: str, table, source: str) -> None:
             raise _refuse("code", f"kernel {f.name!r} takes {len(list(f.arguments))} arguments; "
                           f"the table gives it {len(k.buffers)} buffers and a range", source)
         defined.add(f.name)
+        _check_footprint(f, k, table, source)
         if not suspicious:  # every call names its callee with @: no walk (17k instructions of
             continue        # ResNet-50 through the FFI took 1.7 s)
         for block in f.blocks:
@@ -659,6 +662,42 @@ def _check_code(text: str, table, source: str) -> None:
         raise _refuse("code", f"the IR lacks kernels {sorted(set(kernels) - defined)}", source)
     if list(mod.global_variables) or "module asm" in text:
         raise _refuse("code", "the IR holds global variables or module assembly", source)
+
+
+_DEREF = re.compile(rb"^dereferenceable\((\d+)\)$")
+_RANGE = re.compile(rb"^range\(i64 (-?\d+), (-?\d+)\)$")
+
+
+def _check_footprint(fn, kernel, table, source: str) -> None:
+    """The kernel table against the footprint the kernel's code states in its signature
+    (:func:`ptxc.lower.loop_to_llvm._state_footprint`): each buffer's slot is exactly as large
+    as the bytes the code was compiled to touch (``dereferenceable``), and the trip count is the
+    one the code's range arguments allow (``range``). This is what refuses a header edited alone
+    (a binding and its slot shrunk, a trip count grown, buffers swapped): the kernels would
+    read or write past their buffers."""
+    args = list(fn.arguments)
+
+    def attr(a, pattern):
+        for x in a.attributes:
+            m = pattern.match(x)
+            if m:
+                return tuple(int(g) for g in m.groups())
+        return None
+
+    for j, (a, i) in enumerate(zip(args, kernel.buffers)):
+        s = table.slots[i]
+        want = s.span * np.dtype(s.dtype).itemsize
+        have = (attr(a, _DEREF) or (0,))[0]
+        if have != want:
+            raise _refuse("code", f"kernel {kernel.name!r} was compiled for {have} bytes of "
+                          f"buffer #{j}; the kernel table's slot {s.name!r} holds {want} "
+                          f"({s.span} x {s.dtype})", source)
+    for a in args[-2:]:
+        r = attr(a, _RANGE)
+        if r != (0, kernel.trip_count + 1):
+            top = "none" if r is None else r[1] - 1
+            raise _refuse("code", f"kernel {kernel.name!r} was compiled for a trip count of "
+                          f"{top}; the kernel table says {kernel.trip_count}", source)
 
 
 def _stored_memory_plan(header: dict, table, source: str):

@@ -11,7 +11,9 @@ argument and its indexing is constant-stride arithmetic from its type). ``begin`
 iteration *numbers* of the outermost dimension, ``0 <= begin <= end <= trip_count``: iteration
 ``t`` has induction value ``lower + t * step``. A parallel kernel's outer range may be split
 across threads; inner dimensions always run fully. A top-level ``loop.for`` is sequential: the
-runtime calls it once over its whole range.
+runtime calls it once over its whole range. The signature states the kernel's footprint
+(:func:`_state_footprint`: ``dereferenceable`` buffer sizes, ``range`` of ``begin``/``end``),
+which a plan loader checks the kernel table against.
 
 Pointers are ``noalias``: distinct roots never overlap (the runtime allocates outputs, scratch
 buffers and weights itself and refuses overlapping arguments), which lets LLVM vectorize without
@@ -743,8 +745,31 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
         k.copy(op, split=True)
         parallel = True
     k.finish()
+    _state_footprint(k, [slots[slot_of[r]] for r in roots], trip)
     return KernelInfo(k.fn.name, tuple(slot_of[r] for r in roots), trip, parallel,
                       _op_work(op), op.loc, nodes=nodes_of(op))
+
+
+def _state_footprint(k: "_Kernel", slots: list, trip: int) -> None:
+    """Put the kernel's footprint in its signature, as LLVM parameter attributes: each buffer
+    ``dereferenceable(<span x itemsize>)`` (the bytes its accesses stay inside), ``begin`` and
+    ``end`` ``range(i64 0, trip + 1)``. They are the code's own statement of the sizes it was
+    compiled for: a plan loader re-reads them from the IR and refuses a kernel table whose slots
+    or trip counts disagree (a binding shrunk, a trip count grown, in the header alone), and
+    LLVM may use them (loads from a dereferenceable buffer can be hoisted). Before/after::
+
+        define void @kernel_0(ptr noalias %b0, ptr noalias %b1, i64 %begin, i64 %end)
+        define void @kernel_0(ptr noalias dereferenceable(80) %b0,
+                              ptr noalias dereferenceable(48) %b1,
+                              i64 range(i64 0, 4) %begin, i64 range(i64 0, 4) %end)
+    """
+    for s, a in zip(slots, k.fn.args):
+        n = s["span"] * np.dtype(s["dtype"]).itemsize
+        if n:
+            a.attributes.dereferenceable = n
+    rng = f"range(i64 0, {trip + 1})"
+    for a in (k.begin, k.end):  # llvmlite's ir does not know ``range``: it prints it as given
+        set.add(a.attributes, rng)
 
 
 def _nvptx_metadata(m: ir.Module, kernels: list) -> None:
