@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.spec import Attr, OpSpec, fail, register
-from ...ir.types import F16, F32, TensorType
+from ...ir.types import F16, F32, I8, I32, TensorType
 from ..arith import round_tf32
 from ..graph.layout import channels_last, first_type, to_first, to_last
 from ..graph.nn import compute_dtype, conv_nd, windows
@@ -26,13 +26,16 @@ from .data import tensor_operand
 
 
 def _accumulator(op, ins, out: TensorType) -> None:
-    """The out's element is the ins' element, or f32 for f16 ins."""
+    """The out's element is the ins' element, or f32 for f16 ins, or i32 for i8 ins (an int8
+    contraction accumulates in int32)."""
     el = ins[0].element
     if any(t.element != el for t in ins):
         fail(op, "the ins have different element types: "
                  + ", ".join(str(t.element) for t in ins))
-    if out.element != el and not (el == F16 and out.element == F32):
-        fail(op, f"the out {out} must have element type {el} (or f32 for f16 ins)")
+    if out.element != el and not (el == F16 and out.element == F32) and \
+            not (el == I8 and out.element == I32):
+        fail(op, f"the out {out} must have element type {el} (or f32 for f16 ins, i32 for "
+                 "i8 ins)")
 
 
 def _check_tf32(op, a: TensorType) -> None:

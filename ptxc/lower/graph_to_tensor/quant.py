@@ -4,11 +4,13 @@
   float32 as onnxruntime does, rounding half to even (in f64, exact for an f32 quotient);
   a per-axis scale or zero point is read through a one-dim map along ``axis``.
 * dequantize_linear: one generic ``f32(i32(x) - i32(zp)) * scale``.
-* qlinear_conv / qlinear_matmul: the operands minus their zero points as i32 (a constant W is
-  shifted at compile time), then ``tensor.conv`` (zero padding after the shift, which is
-  padding with the zero point before it) or ``tensor.matmul`` into an i32 init holding the
-  bias, then, when there is a multiplier, one requantization generic:
+* qlinear_conv / qlinear_matmul: ``tensor.conv`` or ``tensor.matmul`` of **int8 operands**
+  into an i32 init holding the bias (:func:`_int8_form`: what an int8 tensor core multiplies,
+  ``mma.m16n8k32.s8``), then, when there is a multiplier, one requantization generic:
   ``clamp(rint(epilogue(f32(acc) * multiplier, extras...)) + y_zp)``.
+  Where the int8 form does not exist (a shifted W outside int8, a run-time zero point, a
+  correction that would depend on run-time data) the operands minus their zero points as i32
+  (a constant W shifted at compile time), with zero padding after the shift: the same sums.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ...dialects.graph.quant import quant_range
 from ...dialects.graph.scalar_forms import inline_block
 from ...dialects.tensor.maps import unit_row
 from ...ir.spec import lookup
-from ...ir.types import F32, F64, I32, TensorType
+from ...ir.types import F32, F64, I8, I32, TensorType
 from .common import (c, cast, const_array, constant, elementwise, fill, lowers, op_, pad,
                      round_half_even)
 
@@ -115,6 +117,94 @@ def _init(b, bias, out: TensorType, channel: int):
                        maps=[(unit_row(out.rank, channel),)], inline_constants=False)
 
 
+def _wrap32(a: np.ndarray) -> np.ndarray:
+    """int64 values as int32 arithmetic has them (mod 2**32)."""
+    return (np.asarray(a, np.int64) % (1 << 32)).astype(np.uint32).view(np.int32)
+
+
+def _scalar_zp(v) -> int | None:
+    """A one-element constant zero point as an int (absent: 0); None when not one."""
+    if v is None:
+        return 0
+    a = const_array(v)
+    if a is None or a.size != 1:
+        return None
+    return int(a.reshape(()))
+
+
+def _int8_form(b, op, g, acc_t: TensorType, cy: int):
+    """The int8 form of a qlinear op, or None where there is none (then the i32 form runs).
+
+    ``sum_k (x - zx) (w - zw)`` is computed as ``sum_k x8 w8 - zx' sum_k w8``: ``x8`` is x as
+    int8 (ui8 moved down by 128, ``zx' = zx - 128``; i8 as it is, ``zx' = zx``), ``w8`` the
+    constant ``w - zw`` when every value fits in int8 (symmetric weights: w itself), and the
+    correction ``zx' sum_k w8`` per output channel is folded into the bias at compile time. A
+    convolution pads x8 with ``zx'`` (``x - zx`` padded with 0). Exact: i32 sums wrap alike
+    in both forms. A constant W of a 2-D matmul is stored transposed (``transpose_b``), K
+    contiguous, as a fully connected layer's weights are::
+
+        before: %xi = i32(x) - 15; %p = pad(%xi, 0); tensor.conv(%p, %w_i32, %bias_i32)
+        after:  %p = pad(%x_i8, 15); tensor.conv(%p, %w_i8, %bias_i32 - 15 * sum(w))
+    """
+    conv = op.name == "graph.qlinear_conv"
+    x, w = g["X"], g["W"]
+    zx, zw = _scalar_zp(g["x_zero_point"]), g["w_zero_point"]
+    if zx is None:
+        return None
+    warr = const_array(w)
+    if warr is None:   # a run-time W: i8 with no zero point only, and nothing to correct
+        if w.type.element.name != "i8" or _scalar_zp(zw) != 0:
+            return None
+        w8, w8arr = w, None
+    else:
+        wi = warr.astype(np.int64)
+        if zw is not None:
+            za = const_array(zw)
+            if za is None:
+                return None
+            axis = 0 if conv else wi.ndim - 1
+            shape = [1] * wi.ndim
+            shape[axis] = za.size
+            wi = wi - za.astype(np.int64).reshape(shape if za.size > 1 else ())
+        if wi.min(initial=0) < -128 or wi.max(initial=0) > 127:
+            return None
+        w8arr = wi.astype(np.int8)
+        w8 = None
+    unsigned = x.type.element.name == "ui8"
+    if unsigned:
+        zx -= 128
+    bias = g["B"]
+    if zx:
+        if w8arr is None or (not conv and w8arr.ndim != 2):
+            return None
+        barr = const_array(bias) if bias is not None else np.zeros(acc_t.shape[cy], np.int32)
+        if barr is None:
+            return None
+    if unsigned:
+        x = elementwise(b, [x], x.type.with_element(I8), lambda bb, a: cast(
+            bb, op_(bb, "arith.sub", cast(bb, a[0], I32), c(bb, 128, I32)), I8))
+    if zx:
+        k_axes = tuple(range(1, w8arr.ndim)) if conv else (0,)
+        corr = zx * w8arr.astype(np.int64).sum(axis=k_axes)
+        bias = constant(b, _wrap32(barr.astype(np.int64) - corr), I32)
+    init = _init(b, bias, acc_t, cy)
+    if conv:
+        if w8 is None:
+            w8 = constant(b, w8arr, I8)
+        n = x.type.rank - 2
+        a = spatial_attrs(op, n)
+        xp = pad(b, x, [0, 0] + list(a["pads"][:n]), [0, 0] + list(a["pads"][n:]), zx)
+        return b.create("tensor.conv", [xp, w8, init], {
+            "strides": a["strides"], "dilations": a["dilations"],
+            "group": op.attr("group")}).result
+    attrs = {}
+    if w8 is None:
+        if w8arr.ndim == 2:
+            w8arr, attrs = np.ascontiguousarray(w8arr.T), {"transpose_b": True}
+        w8 = constant(b, w8arr, I8)
+    return b.create("tensor.matmul", [x, w8, init], attrs).result
+
+
 @lowers("graph.qlinear_conv", "graph.qlinear_matmul")
 def _qlinear(op, b):
     spec = lookup(op.name)
@@ -123,7 +213,10 @@ def _qlinear(op, b):
     acc_t = out.with_element(I32)
     cy = spec.channel_of_y % out.rank
     x, w = g["X"], g["W"]
-    if op.name == "graph.qlinear_conv":
+    form = _int8_form(b, op, g, acc_t, cy)
+    if form is not None:
+        acc = form
+    elif op.name == "graph.qlinear_conv":
         xi = _shifted(b, x, g["x_zero_point"], None)
         wi = _shifted(b, w, g["w_zero_point"], 0)
         n = x.type.rank - 2
