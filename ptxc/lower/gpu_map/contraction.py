@@ -12,10 +12,10 @@ read from reduced-precision storage::
       ^bb0(%k: index, %acc: f32):
         %x = "loop.load"(%A, %i, %k) : ... -> f16
         %xf = "arith.cast"(%x) : (f16) -> f32         fp16: f16 loads cast to f32
-        %y = "loop.load"(%B, %k, %j) : ... -> f16     (tf32: f32 loads through arith.round_tf32)
-        %yf = "arith.cast"(%y) : (f16) -> f32
+        %y = "loop.load"(%B, %k, %j) : ... -> f16     (tf32: f32 loads through arith.round_tf32;
+        %yf = "arith.cast"(%y) : (f16) -> f32          s8: i8 loads cast to i32, an int8 layer)
         %p = "arith.mul"(%xf, %yf)
-        %a = "arith.add"(%acc, %p)                    accumulate in f32
+        %a = "arith.add"(%acc, %p)                    accumulate in f32 (s8: in i32)
         "loop.yield"(%a)
       }) {lower = 0, upper = 64}
       ...epilogue: anything of %s, the ivs and loads; "loop.store"(.., %Y, %i, %j)
@@ -42,11 +42,12 @@ import math
 import attrs
 
 from ...ir.core import BlockArgument, Operation, OpResult, Value
-from ...ir.types import F16, F32
+from ...ir.types import F16, F32, I8, I32
 from .tiled import Nest, RedLoop, _affine, _root, analyze as analyze_nest
 
-#: operand element -> what the mma multiplies: f16 storage (cast to f32), tf32 (f32 rounded)
-KINDS = ("f16", "tf32")
+#: operand element -> what the mma multiplies: f16 storage (cast to f32), tf32 (f32 rounded),
+#: s8 (i8 storage cast to i32, summed in i32: graph.qlinear_conv/matmul's int8 form)
+KINDS = ("f16", "tf32", "s8")
 
 
 @attrs.define
@@ -74,7 +75,7 @@ class Operand:
 @attrs.define
 class Contraction:
     nest: Nest
-    kind: str                 # "f16" or "tf32"
+    kind: str                 # "f16", "tf32" or "s8"
     a: Operand                # the mma's A (M x K)
     b: Operand                # the mma's B (K x N)
     batch: list               # parallel dims read by both
@@ -118,15 +119,16 @@ class Contraction:
 
 
 def _strip(v: Value):
-    """(load op, kind) behind a multiplicand: ``cast(load f16)`` is f16, ``round_tf32(load f32)``
-    is tf32; None otherwise."""
+    """(load op, kind) behind a multiplicand: ``cast(load f16)`` to f32 is f16,
+    ``round_tf32(load f32)`` is tf32, ``cast(load i8)`` to i32 is s8; None otherwise."""
     if not isinstance(v, OpResult):
         return None
     op = v.owner
-    if op.name == "arith.cast" and v.type == F32:
+    if op.name == "arith.cast" and v.type in (F32, I32):
         src = op.operands[0]
-        if src.type == F16 and isinstance(src, OpResult) and src.owner.name == "loop.load":
-            return src.owner, "f16"
+        want = {F32: F16, I32: I8}[v.type]
+        if src.type == want and isinstance(src, OpResult) and src.owner.name == "loop.load":
+            return src.owner, "f16" if want == F16 else "s8"
     if op.name == "arith.round_tf32":
         src = op.operands[0]
         if src.type == F32 and isinstance(src, OpResult) and src.owner.name == "loop.load":

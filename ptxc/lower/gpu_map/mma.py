@@ -1,9 +1,10 @@
-"""The ``mma`` schedule of map-to-gpu: reduced-precision contractions (fp16 and tf32 MatMul,
-Gemm, batched MatMul, convolution as an implicit GEMM) on tensor cores.
+"""The ``mma`` schedule of map-to-gpu: reduced-precision contractions (fp16, tf32 and int8
+MatMul, Gemm, batched MatMul, convolution as an implicit GEMM) on tensor cores.
 
 It takes what :func:`contraction.analyze` recognizes (a nest whose reduction multiplies f16 or
-tf32 operands, accumulating in f32) and writes one ``gpu.launch`` per nest in the shape of a
-CUTLASS-style GEMM, from the gpu dialect's tensor-core ops (ptxc/dialects/gpu_tensorcore.py)::
+tf32 operands accumulating in f32, or int8 operands accumulating in i32) and writes one
+``gpu.launch`` per nest in the shape of a CUTLASS-style GEMM, from the gpu dialect's
+tensor-core ops (ptxc/dialects/gpu_tensorcore.py)::
 
     grid = (N / BN, M / BM, batches)   block = 32 * WARPS_M * WARPS_N threads
     sA = gpu.shared [S][BM][BK]        (K-major: rows of A, k contiguous; or [S][BK][BM])
@@ -11,11 +12,11 @@ CUTLASS-style GEMM, from the gpu dialect's tensor-core ops (ptxc/dialects/gpu_te
     copy K-tiles 0 .. S-2 into stages 0 .. S-2 (gpu.cp_async of 16 bytes, zero-filled past
         the edges; a scalar load/convert/store copy where the operand's layout gives no
         16-byte runs); commit each
-    acc[WM/16][WN/8][4] = 0                                       (f32, carried)
+    acc[WM/16][WN/8][4] = 0                                  (f32, s8: i32; carried)
     for kt in 0 .. K/BK:
         gpu.cp_async_wait(S - 2); gpu.barrier          tile kt has landed, stage kt-1 is free
         copy K-tile kt + S - 1 into stage (kt + S - 1) % S; commit
-        for each k16 step of the tile:
+        for each k step of the tile (16 f16, 8 tf32, 32 s8):
             A fragments: gpu.ldmatrix x4 per 16 rows; B fragments: x4 per 16 columns
             acc[i][j] = gpu.mma(a[i], b[j], acc[i][j])
     for each accumulator element (m, n) the thread holds, where m < M and n < N:
@@ -36,6 +37,16 @@ Numerics: the tensor core multiplies f16 (or tf32) operands exactly and accumula
 another order than the nest; the start value is added after the sum (reassociated, as the tiled
 schedule does). The interpreter runs the launch in lockstep and checks it against the nest.
 
+**int8** (``s8``: ``mma.m16n8k32.row.col.s32.s8.s8.s32``) is the same schedule with 1-byte
+elements: a 16-byte chunk holds 16 of them, K tiles are 64 (128 when K is long) elements deep
+so that a tile row is the same 64 or 128 bytes as fp16's, and ``ldmatrix`` (b16, not
+transposed) loads the fragments: an 8x8 b16 matrix is 8 rows of 16 int8, lane ``l`` receiving
+row ``l / 4``'s bytes ``4 (l % 4) ..``, which is exactly the s8 fragment (four int8 of one row
+per register; A row-major, B column-major, PTX ISA "Matrix Fragments for mma.m16n8k32"). So
+both operands must be K-major (ldmatrix cannot transpose bytes): a K-contiguous operand is
+copied by 16-byte cp.async, any other by the scalar copy. i32 sums are exact (they wrap as the
+nest's do), so the mapped kernel is bit-exact with the nest, split-K included (i32 partials).
+
 Not yet: more than three stages (dynamic shared memory), vectorized epilogue stores, a
 stream-K or atomic split-K without the second kernel, wgmma (sm_90a).
 """
@@ -50,7 +61,7 @@ from ...dialects.gpu import MAX_GRID_YZ, barrier, block_id, shared, thread_id
 from ...dialects.loop import for_loop, if_op, parallel_loop
 from ...ir.builder import Builder
 from ...ir.core import Operation, Value
-from ...ir.types import F16, F32, BufferType
+from ...ir.types import F16, F32, I8, I32, BufferType
 from .common import add, cmp, const, delinearize, div, launch_before, mul, sub
 from .contraction import Contraction, Operand, analyze
 from .tiled import _root
@@ -66,7 +77,10 @@ MAX_SPLITS = 16
 TILES = ((128, 128, 2, 2), (128, 64, 2, 2), (64, 128, 2, 2), (64, 64, 2, 2), (32, 64, 1, 2))
 STAGES = 3
 #: kind -> (mma shape, mma k, BK, elements per 16 bytes)
-KIND = {"f16": ("m16n8k16", 16, 32, 8), "tf32": ("m16n8k8", 8, 16, 4)}
+KIND = {"f16": ("m16n8k16", 16, 32, 8), "tf32": ("m16n8k8", 8, 16, 4),
+        "s8": ("m16n8k32", 32, 64, 16)}
+#: kind -> (element type in shared memory and fragments, accumulator type)
+TYPES = {"f16": (F16, F32), "tf32": (F32, F32), "s8": (I8, I32)}
 
 
 @attrs.frozen
@@ -112,7 +126,8 @@ def _mn_dims(c: Contraction, x: Operand) -> list:
 def layout(c: Contraction, x: Operand) -> Layout:
     """K-major cp.async when k runs contiguous in 16-byte aligned chunks; else M/N-major
     cp.async (f16: ldmatrix can transpose 16-bit elements) when the operand's innermost M/N dim
-    does; else a scalar copy into K-major tiles."""
+    does; else a scalar copy into K-major tiles (s8 too: ldmatrix transposes 16-bit elements
+    only)."""
     v = KIND[c.kind][3]
     inner = ("r", len(c.red) - 1)
     syms = [("p", d) for d in _mn_dims(c, x) + c.batch] + [("r", j) for j in range(len(c.red))]
@@ -133,7 +148,7 @@ def layout(c: Contraction, x: Operand) -> Layout:
 
 
 def shared_bytes(c: Contraction, cfg: Config) -> int:
-    el = 2 if c.kind == "f16" else 4
+    el = TYPES[c.kind][0].bitwidth // 8
     return cfg.stages * (cfg.bm + cfg.bn) * cfg.bk * el
 
 
@@ -190,6 +205,10 @@ def choose(c: Contraction) -> Config | None:
 
 # ---- building ------------------------------------------------------------------------------------
 
+def _zero(t):
+    return 0.0 if t.is_float else 0
+
+
 def _rem(b: Builder, x: Value, n: int) -> Value:
     return sub(b, x, mul(b, div(b, x, n), n))
 
@@ -243,7 +262,7 @@ class _Builder:
         self.c, self.cfg = c, cfg
         self.shape, self.ks, _, self.vec = KIND[c.kind]
         self.bk = cfg.bk
-        self.el = F16 if c.kind == "f16" else F32
+        self.el, self.acc_t = TYPES[c.kind]
         self.kt = -(-c.K // cfg.bk)                    # K tiles in all
         self.kts = -(-self.kt // cfg.splits)           # K tiles per split
         self.lay = {id(c.a): layout(c, c.a), id(c.b): layout(c, c.b)}
@@ -276,7 +295,7 @@ class _Builder:
         self.ws = None
         if cfg.splits > 1:     # partial sums, reduced by a second kernel (_reduce_splits)
             self.ws = top.create("loop.alloc", [], result_types=[BufferType(
-                (cfg.splits, c.batches, c.M, c.N), F32)]).result
+                (cfg.splits, c.batches, c.M, c.N), self.acc_t)]).result
         self.flat = {}
         for x in (c.a, c.b):   # cp.async addresses: element offsets into a flat view
             if self.lay[id(x)].vector:
@@ -304,7 +323,8 @@ class _Builder:
             if s < self.kts:                # the loop's wait(S - 2) always means "tile kt"
                 self._copy(b, const(b, s), add(b, kt0, s) if kt0 is not None else const(b, s))
             b.create("gpu.cp_async_commit", [])
-        zero = b.create("arith.constant", [], {"value": 0.0, "type": F32}).result
+        zero = b.create("arith.constant", [], {"value": _zero(self.acc_t),
+                                               "type": self.acc_t}).result
         mi_n, ni_n = cfg.wm // 16, cfg.wn // 8
         accs = [zero] * (mi_n * ni_n * 4)
         loop, fb, kt, carried = for_loop(b, 0, self.kts, 1, inits=accs)
@@ -378,7 +398,7 @@ class _Builder:
         mn_total = self._extent(x)
         total = rows * self.bk
         k_fast = x.coef(("r", len(c.red) - 1)) == 1 or not _mn_dims(c, x)
-        zero = b.create("arith.constant", [], {"value": 0.0, "type": self.el}).result
+        zero = b.create("arith.constant", [], {"value": _zero(self.el), "type": self.el}).result
         for it in range(-(-total // cfg.threads)):
             e = add(b, self.tid, it * cfg.threads)
             if k_fast:
@@ -526,7 +546,8 @@ def build_all(module: Operation, cfg: Config) -> int:
 
 def schedule(op: Operation, options=None) -> Operation | None:
     """Insert the mma launch for ``op`` and return it, or None when ``op`` is not a
-    reduced-precision contraction (fp32 nests go to the tiled schedule: fp32 stays fp32)."""
+    reduced-precision contraction (fp32 nests go to the tiled schedule: fp32 stays fp32, and
+    so do the i32-shift form's integer nests of int8 layers that have no int8 form)."""
     c = analyze(op)
     if c is None:
         return None

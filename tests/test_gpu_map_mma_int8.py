@@ -1,0 +1,132 @@
+"""The mma schedule's int8 form (``mma.m16n8k32.s8``, i32 accumulation): the int8 layers that
+fold-qdq and the importer make (graph.qlinear_matmul / qlinear_conv, lowered to i8 x i8 -> i32
+contractions with the requantization epilogue fused) mapped onto tensor cores. The mapped module
+runs in the lockstep interpreter with the gpu dialect's reference semantics (lane-exact
+fragments) and must equal, bit for bit, the graph-level int8 interpreter (onnxruntime's
+numerics, tests/test_fold_qdq.py) and the unmapped loop nest. Layers with no int8 form keep the
+integer loops. PTX assembles with ptxas without spills; on a GPU (``gpu`` marker) the kernels
+give the interpreter's answer."""
+
+import numpy as np
+import pytest
+
+import ptxc
+from int8_ir import conv_model, gemm_model, inputs_for, loop_module, matmul_integer_model
+from ptxc.dialects.loop import run_main
+from ptxc.lower.gpu_map import contraction, mma
+from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
+from ptxc.rewrite import PassManager
+
+needs_ptxas = pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not installed here")
+
+GEMMS = {
+    "64x64x48": lambda: gemm_model(64, 64, 48),
+    "edges_zx_residual": lambda: gemm_model(130, 96, 72, zx=7, residual=True),
+    "k40_tail_scalar_copy": lambda: gemm_model(48, 40, 32, zx=-3),       # K % 16 != 0
+    "matmul_integer": lambda: matmul_integer_model(64, 128, 32),
+    "uint8_a_zero_point": lambda: matmul_integer_model(32, 64, 48, a_uint8=True, a_zero=131),
+    "split_k": lambda: matmul_integer_model(32, 2048, 32),
+}
+CONVS = {
+    "3x3_pad1": dict(N=1, C=16, H=8, W=8, K=32, R=3, S=3, pad=1, zx=-5),
+    "1x1": dict(N=2, C=32, H=6, W=6, K=16, R=1, S=1, residual=True),
+    "3x3_s2": dict(N=1, C=16, H=9, W=9, K=16, R=3, S=3, stride=2, pad=1, zx=4),
+    "3x3_c8": dict(N=1, C=8, H=7, W=7, K=16, R=3, S=3, pad=1),
+}
+
+
+def launches(m):
+    return [o for o in m.walk() if o.name == "gpu.launch"]
+
+
+def mapped(model, layout="nchw"):
+    """(mapped module, inputs, the graph interpreter's outputs, the unmapped nest's)."""
+    x = inputs_for(model)
+    ref = ptxc.interpret(ptxc.import_onnx(model), x)
+    m = loop_module(model, layout=layout, target="cuda" if layout == "nhwc" else "cpu")
+    want = run_main(m, x)
+    PassManager("map-to-gpu").run(m)
+    return m, x, ref, want
+
+
+def check_exact(got, ref, want):
+    for k in ref:
+        assert got[k].dtype == ref[k].dtype, k
+        np.testing.assert_array_equal(want[k], ref[k], err_msg=f"{k}: loop nest vs interpreter")
+        np.testing.assert_array_equal(got[k], ref[k], err_msg=f"{k}: mma vs interpreter")
+
+
+def _contractions(m):
+    return [c for c in (contraction.analyze(o) for o in m.walk() if o.name == "loop.parallel")
+            if c is not None]
+
+
+@pytest.mark.parametrize("case", [pytest.param(k, marks=pytest.mark.slow) if k == "split_k" else k
+                                  for k in sorted(GEMMS)])
+def test_int8_gemm_maps_to_mma_bit_exact(case):
+    m, x, ref, want = mapped(GEMMS[case]())
+    mm = [o for o in launches(m) if o.attributes["schedule"] == "mma"]
+    assert len(mm) == 1 and mm[0].attributes["tile"].startswith("s8 ")
+    check_exact(run_main(m, x), ref, want)
+
+
+def test_layouts_and_split_k():
+    m = loop_module(matmul_integer_model(32, 2048, 32))
+    (c,) = _contractions(m)
+    assert c.kind == "s8" and (c.M, c.N, c.K) == (32, 32, 2048)
+    # A row-major, the constant B stored [N, K] (transpose_b): both K-major 16-byte copies
+    assert mma.layout(c, c.a) == mma.layout(c, c.b) == mma.Layout(kmajor=True, vector=True)
+    cfg = mma.choose(c)
+    assert cfg.bk == 128 and cfg.splits > 1                # deep K tiles, split-K
+    m2 = loop_module(gemm_model(48, 40, 32))
+    (c2,) = _contractions(m2)
+    assert mma.layout(c2, c2.a) == mma.Layout(kmajor=True, vector=False)   # K = 40 bytes
+
+
+def test_split_k_partials_are_i32_and_exact():
+    m, x, ref, want = mapped(GEMMS["split_k"]())
+    ls = launches(m)
+    assert [o.attributes["schedule"] for o in ls] == ["mma", "pointwise"]
+    assert ls[0].attributes["grid"][2] > 1
+    ws = [o for o in m.walk() if o.name == "loop.alloc"]
+    assert ws and all(o.results[0].type.element.name == "i32" for o in ws)
+    check_exact(run_main(m, x), ref, want)
+
+
+def test_no_int8_form_keeps_the_integer_loops():
+    """uint8 weights past 127 have no int8 form: the i32 nest stays off the tensor cores and
+    gives the same numbers."""
+    m, x, ref, want = mapped(matmul_integer_model(32, 64, 32, w_uint8=True))
+    assert "mma" not in [o.attributes["schedule"] for o in launches(m)]
+    check_exact(run_main(m, x), ref, want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(CONVS))
+def test_int8_conv_nchw_maps_to_mma_bit_exact(case):
+    m, x, ref, want = mapped(conv_model(**CONVS[case]))
+    assert "mma" in [o.attributes["schedule"] for o in launches(m)]
+    check_exact(run_main(m, x), ref, want)
+
+
+@needs_ptxas
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["edges_zx_residual", "split_k", "k40_tail_scalar_copy"])
+def test_int8_mma_kernels_assemble_without_spills(case):
+    m, _, _, _ = mapped(GEMMS[case]())
+    p = lower_to_ptx(m, arch="sm_90")
+    assert "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32" in p.ptx
+    rep = assemble(p.ptx, "sm_90")
+    for k in rep.kernels.values():
+        assert k.spill_stores == 0 and k.spill_loads == 0 and k.stack_bytes == 0, k
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(GEMMS) + [f"conv_{k}" for k in sorted(CONVS)])
+def test_int8_mma_on_gpu_is_bit_exact(case):
+    from test_ptx import run_on_gpu
+    model = conv_model(**CONVS[case[5:]]) if case.startswith("conv_") else GEMMS[case]()
+    m, x, ref, _ = mapped(model)
+    got = run_on_gpu(lower_to_ptx(m), x)
+    for k in ref:
+        np.testing.assert_array_equal(got[k], ref[k], err_msg=k)
