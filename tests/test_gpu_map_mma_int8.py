@@ -83,6 +83,7 @@ def test_layouts_and_split_k():
     assert mma.layout(c2, c2.a) == mma.Layout(kmajor=True, vector=False)   # K = 40 bytes
 
 
+@pytest.mark.slow
 def test_split_k_partials_are_i32_and_exact():
     m, x, ref, want = mapped(GEMMS["split_k"]())
     ls = launches(m)
@@ -109,6 +110,22 @@ def test_int8_conv_nchw_maps_to_mma_bit_exact(case):
     check_exact(run_main(m, x), ref, want)
 
 
+@pytest.mark.parametrize("case", [k if k == "3x3_pad1" else pytest.param(k, marks=pytest.mark.slow)
+                                  for k in sorted(CONVS)])
+def test_int8_conv_nhwc_maps_to_mma_with_16_byte_copies(case):
+    """Channels-last (the cuda graph passes: input channels padded to 16 int8): the implicit
+    GEMM reads NHWC activations and KRSC filters by 16-byte cp.async, K = (r, s, c)."""
+    model = conv_model(**CONVS[case])
+    m = loop_module(model, layout="nhwc", target="cuda")
+    cs = _contractions(m)
+    assert cs and all(c.kind == "s8" for c in cs)
+    assert all(mma.layout(c, x) == mma.Layout(kmajor=True, vector=True)
+               for c in cs for x in (c.a, c.b))
+    m, x, ref, want = mapped(model, layout="nhwc")
+    assert "mma" in [o.attributes["schedule"] for o in launches(m)]
+    check_exact(run_main(m, x), ref, want)
+
+
 @needs_ptxas
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["edges_zx_residual", "split_k", "k40_tail_scalar_copy"])
@@ -122,11 +139,13 @@ def test_int8_mma_kernels_assemble_without_spills(case):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", sorted(GEMMS) + [f"conv_{k}" for k in sorted(CONVS)])
+@pytest.mark.parametrize("case", sorted(GEMMS) + [f"conv_{k}" for k in sorted(CONVS)] +
+                         [f"nhwc_{k}" for k in sorted(CONVS)])
 def test_int8_mma_on_gpu_is_bit_exact(case):
     from test_ptx import run_on_gpu
-    model = conv_model(**CONVS[case[5:]]) if case.startswith("conv_") else GEMMS[case]()
-    m, x, ref, _ = mapped(model)
+    kind, _, name = case.partition("_")
+    model = conv_model(**CONVS[name]) if kind in ("conv", "nhwc") else GEMMS[case]()
+    m, x, ref, _ = mapped(model, layout="nhwc" if kind == "nhwc" else "nchw")
     got = run_on_gpu(lower_to_ptx(m), x)
     for k in ref:
         np.testing.assert_array_equal(got[k], ref[k], err_msg=k)

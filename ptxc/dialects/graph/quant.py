@@ -43,6 +43,7 @@ from .common import broadcast_shapes, ttype
 from .nn import Conv, conv_nd, conv_out_shape, spatial_attrs
 from .linalg import matmul_shape
 from .region import run_scalar_body
+from .layout import channels_last, first_type, last_perm, to_first, to_last
 
 #: integer element types a quantized tensor may have
 QTYPES = ("i8", "ui8", "i16", "ui16")
@@ -193,6 +194,10 @@ class QLinear(OpSpec):
     def out_shape(self, op, x: TensorType, w: TensorType) -> tuple:
         raise NotImplementedError
 
+    def y_channel(self, op, rank: int) -> int:
+        """The axis of Y that is the output channel (a per-channel multiplier's, B's)."""
+        return self.channel_of_y % rank
+
     def infer_types(self, op):
         g = self.groups(op)
         x, w = g["X"].type, g["W"].type
@@ -272,11 +277,11 @@ class QLinear(OpSpec):
         acc = self.product(op, x.astype(np.float64), w.astype(np.float64), g)
         y = op.results[0].type
         if g["B"] is not None:
-            acc = acc + along(np.asarray(g["B"], np.float64), y.rank, self.channel_of_y % y.rank)
+            acc = acc + along(np.asarray(g["B"], np.float64), y.rank, self.y_channel(op, y.rank))
         acc = acc.astype(np.int64).astype(np.int32)  # wraps as int32 arithmetic would
         if g["multiplier"] is None:
             return [acc]
-        m = along(np.asarray(g["multiplier"], np.float32), y.rank, self.channel_of_y % y.rank)
+        m = along(np.asarray(g["multiplier"], np.float32), y.rank, self.y_channel(op, y.rank))
         f = acc.astype(np.float32) * m
         extras = [np.broadcast_to(a, y.shape) for a in g["epilogue_inputs"]]
         f = np.broadcast_to(run_scalar_body(op.regions[0].blocks[0], [f] + extras, interp),
@@ -292,12 +297,25 @@ class QLinear(OpSpec):
 @register
 class QLinearConv(QLinear):
     """Integer convolution (ONNX ConvInteger / QLinearConv, and folded Q/DQ convs); conv's
-    attributes (explicit pads, strides, dilations, kernel_shape, group)."""
+    attributes (explicit pads, strides, dilations, kernel_shape, group, and ``layout``:
+    ``NHWC`` takes X ``(N, *spatial, C)`` and W ``KRSC`` and gives Y channels last, as
+    graph.conv's channels-last form does, graph/layout.py)."""
 
     name = "graph.qlinear_conv"
     attributes = dict(Conv.attributes)
 
+    def y_channel(self, op, rank: int) -> int:
+        return rank - 1 if channels_last(op) else 1
+
     def out_shape(self, op, x, w):
+        if channels_last(op):
+            if x.rank < 3 or w.rank != x.rank:
+                fail(op, f"X must have rank >= 3 and W the same rank, are {x} and {w}")
+            y = self._out_first(op, first_type(x), first_type(w))
+            return tuple(y[i] for i in last_perm(len(y)))
+        return self._out_first(op, x, w)
+
+    def _out_first(self, op, x, w):
         if x.rank < 3 or w.rank != x.rank:
             fail(op, f"X must have rank >= 3 and W the same rank, are {x} and {w}")
         a = spatial_attrs(op, x.rank - 2)
@@ -313,6 +331,9 @@ class QLinearConv(QLinear):
 
     def product(self, op, x, w, g):
         a = spatial_attrs(op, x.ndim - 2)
+        if channels_last(op):
+            return to_last(conv_nd(to_first(x), to_first(w), None, a["strides"], a["pads"],
+                                   a["dilations"], op.attr("group")))
         return conv_nd(x, w, None, a["strides"], a["pads"], a["dilations"], op.attr("group"))
 
 

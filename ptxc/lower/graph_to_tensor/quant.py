@@ -23,8 +23,9 @@ from ...dialects.graph.scalar_forms import inline_block
 from ...dialects.tensor.maps import unit_row
 from ...ir.spec import lookup
 from ...ir.types import F32, F64, I8, I32, TensorType
-from .common import (c, cast, const_array, constant, elementwise, fill, lowers, op_, pad,
+from .common import (c, cast, const_array, constant, elementwise, fill, lowers, op_,
                      round_half_even)
+from .nn import spatial_pad
 
 
 def _map(v, rank: int, axis: int):
@@ -117,6 +118,16 @@ def _init(b, bias, out: TensorType, channel: int):
                        maps=[(unit_row(out.rank, channel),)], inline_constants=False)
 
 
+def _conv(b, op, x, w, pad_value, init):
+    """``tensor.conv`` of ``x`` padded with ``pad_value`` (in ``op``'s layout) and ``w``."""
+    a = spatial_attrs(op, x.type.rank - 2)
+    attrs = {"strides": a["strides"], "dilations": a["dilations"], "group": op.attr("group")}
+    if op.attr("layout") == "NHWC":
+        attrs["layout"] = "NHWC"
+    return b.create("tensor.conv", [spatial_pad(b, x, op, a["pads"], pad_value), w, init],
+                    attrs).result
+
+
 def _wrap32(a: np.ndarray) -> np.ndarray:
     """int64 values as int32 arithmetic has them (mod 2**32)."""
     return (np.asarray(a, np.int64) % (1 << 32)).astype(np.uint32).view(np.int32)
@@ -191,12 +202,7 @@ def _int8_form(b, op, g, acc_t: TensorType, cy: int):
     if conv:
         if w8 is None:
             w8 = constant(b, w8arr, I8)
-        n = x.type.rank - 2
-        a = spatial_attrs(op, n)
-        xp = pad(b, x, [0, 0] + list(a["pads"][:n]), [0, 0] + list(a["pads"][n:]), zx)
-        return b.create("tensor.conv", [xp, w8, init], {
-            "strides": a["strides"], "dilations": a["dilations"],
-            "group": op.attr("group")}).result
+        return _conv(b, op, x, w8, zx, init)
     attrs = {}
     if w8 is None:
         if w8arr.ndim == 2:
@@ -211,7 +217,7 @@ def _qlinear(op, b):
     g = spec.groups(op)
     out = op.results[0].type
     acc_t = out.with_element(I32)
-    cy = spec.channel_of_y % out.rank
+    cy = spec.y_channel(op, out.rank)
     x, w = g["X"], g["W"]
     form = _int8_form(b, op, g, acc_t, cy)
     if form is not None:
@@ -219,12 +225,7 @@ def _qlinear(op, b):
     elif op.name == "graph.qlinear_conv":
         xi = _shifted(b, x, g["x_zero_point"], None)
         wi = _shifted(b, w, g["w_zero_point"], 0)
-        n = x.type.rank - 2
-        a = spatial_attrs(op, n)
-        xp = pad(b, xi, [0, 0] + list(a["pads"][:n]), [0, 0] + list(a["pads"][n:]), 0)
-        acc = b.create("tensor.conv", [xp, wi, _init(b, g["B"], acc_t, cy)], {
-            "strides": a["strides"], "dilations": a["dilations"],
-            "group": op.attr("group")}).result
+        acc = _conv(b, op, xi, wi, 0, _init(b, g["B"], acc_t, cy))
     else:
         xi = _shifted(b, x, g["x_zero_point"], x.type.rank - 2)
         wi = _shifted(b, w, g["w_zero_point"], w.type.rank - 1)

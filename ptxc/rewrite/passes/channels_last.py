@@ -82,7 +82,11 @@ from .fold_batchnorm import const_array
 
 #: ops with a channel axis that have a channels-last form (``layout = "NHWC"``)
 CHANNEL_OPS = frozenset({"graph.conv", "graph.fused_conv", "graph.max_pool",
-                         "graph.average_pool", "graph.lrn"})
+                         "graph.average_pool", "graph.lrn", "graph.qlinear_conv"})
+#: convolutions (their filter is transposed to KRSC, their input channels may be padded)
+CONVS = frozenset({"graph.conv", "graph.fused_conv", "graph.qlinear_conv"})
+#: per-tensor quantize/dequantize: elementwise when their scale and zero point are one element
+QDQ = frozenset({"graph.quantize_linear", "graph.dequantize_linear"})
 #: global pools and the reduction that is their channels-last form
 GLOBAL_POOLS = {"graph.global_average_pool": "graph.reduce_mean",
                 "graph.global_max_pool": "graph.reduce_max"}
@@ -312,7 +316,8 @@ class _Function:
         spec = lookup(op.name)
         agnostic = (spec is not None and spec.has_trait("elementwise")) or op.name in (
             "graph.concat", "graph.split", "graph.softmax", "graph.log_softmax",
-            "graph.transpose") or op.name in PER_AXIS or op.name in REDUCTIONS
+            "graph.transpose") or op.name in PER_AXIS or op.name in REDUCTIONS or (
+            op.name in QDQ and all(v.type.size == 1 for v in op.operands[1:]))
         return agnostic and self.main_perm(op) is not None
 
     def follow(self, op: Operation) -> None:
@@ -438,26 +443,45 @@ class _Function:
         rank = x.type.rank
         perm = last_perm(rank)
         xs = self.as_perm(x, perm)
-        if op.name in ("graph.conv", "graph.fused_conv"):
+        if op.name in CONVS:
             w = op.operands[1]
             ws = self.as_perm(w, perm)
-            if self.multiple > 1 and op.attr("group") == 1:
+            if self.multiple > 1 and op.attr("group") == 1 and self._pads_to_zero(op):
                 xs, ws = self.pad_channels(xs, ws)
             op.set_operand(1, ws)
             if op.name == "graph.fused_conv":
                 spec = lookup(op.name)
                 n_base = len(spec.split(op)[0])
-                for i in range(n_base, len(op.operands)):
-                    op.set_operand(i, self.broadcast(op.operands[i], perm, rank))
+            elif op.name == "graph.qlinear_conv":   # epilogue inputs: the result's layout
+                n_base = len(op.operands) - len(lookup(op.name).groups(op)["epilogue_inputs"])
+            else:
+                n_base = len(op.operands)
+            for i in range(n_base, len(op.operands)):
+                op.set_operand(i, self.broadcast(op.operands[i], perm, rank))
         op.set_operand(0, xs)
         op.attributes["layout"] = "NHWC"
         self.set_result(op, perm)
 
+    @staticmethod
+    def _pads_to_zero(op: Operation) -> bool:
+        """Whether zero filter channels add nothing: always for a float conv; for an int8
+        one when the filter's zero point is absent or 0 (then ``w - zw`` is 0 there)."""
+        if op.name != "graph.qlinear_conv":
+            return True
+        zw = lookup(op.name).groups(op)["w_zero_point"]
+        if zw is None:
+            return True
+        a = const_array(zw)
+        return a is not None and not a.any()
+
     def pad_channels(self, x: Value, w: Value):
         """``x`` (channels last) and ``w`` (KRSC, constant) with zero channels up to a multiple
-        of ``self.multiple``; unchanged when already a multiple or ``w`` is not constant."""
+        of ``self.multiple`` 2-byte elements (twice as many 1-byte ones: an int8 row of 16
+        bytes, as an f16 row of 8 halves); unchanged when already a multiple or ``w`` is not
+        constant."""
         c = x.type.shape[-1]
-        cp = -(-c // self.multiple) * self.multiple
+        multiple = self.multiple * max(1, 2 // max(1, x.type.element.bitwidth // 8))
+        cp = -(-c // multiple) * multiple
         warr = const_array(w)
         if cp == c or warr is None:
             return x, w
@@ -502,7 +526,7 @@ def prefers_channels_last(module: Operation, min_convs: int = 4) -> bool:
     convolutions (the layers an implicit-GEMM tensor-core schedule takes) runs channels-last."""
     n = 0
     for op in module.walk():
-        if op.name in ("graph.conv", "graph.fused_conv") and op.attr("group") == 1 and \
+        if op.name in CONVS and op.attr("group") == 1 and \
                 op.operands[0].type.rank == 4:
             n += 1
     return n >= min_convs
