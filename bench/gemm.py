@@ -4,11 +4,19 @@ Each shape is an fp16 MatMul (f16 operands, f32 accumulation) built as an ONNX m
 by ptxc to the loop stage (tests/contraction_ir.py: the contraction form the precision pass
 hands to the mma schedule), mapped by map-to-gpu, compiled to PTX and launched straight from
 the kernel table (no engine: the kernel alone, as torch.matmul is the cuBLAS kernel alone).
+
+``--precision int8``: an ONNX MatMulInteger of an int8 input A [M, K] and a constant int8 B
+[K, N] (tests/int8_ir.py; ptxc stores B transposed, K contiguous, as a fully connected layer's
+weights), i32 result, against ``torch._int_mm`` (cuBLASLt int8, i32 result) on the same data
+(B handed to torch column-major, cuBLASLt's preferred int8 layout, where torch accepts it);
+both results must be equal, element for element (exact integer sums). ``--ptxas`` (no GPU
+needed) assembles every candidate tile of the search space and prints registers and spills.
 Both are timed the same way: ``ITERS`` launches queued back to back after a warm-up, wall clock
 around a final synchronize, best of ``REPEATS``. Numerics: ptxc's output against
 torch.matmul's f16 product upcast (both accumulate in f32), max relative error.
 
-    python3 bench/gemm.py [--out DIR] [--shapes 4096x4096x4096,128x768x768]
+    python3 bench/gemm.py [--out DIR] [--shapes 4096x4096x4096,128x768x768] [--precision int8]
+    python3 bench/gemm.py --precision int8 --ptxas 4096x4096x4096
 
 Prints a table and writes gemm.json (shape, FLOPs, µs, TFLOP/s, ratio ptxc / cuBLAS).
 FLOPs of M x N x K: 2MNK. At 4096^3 that is 137.4 GFLOP: 0.18 ms at cuBLAS's ~750 TFLOP/s.
@@ -37,15 +45,22 @@ SHAPES = [(4096, 4096, 4096, "square 4096"),
 ITERS, REPEATS = 50, 5
 
 
-def ptxc_kernel(M, K, N, cfg=None):
-    """(PtxProgram, schedule names) of the fp16 MatMul M x K x N; ``cfg`` (an mma Config)
-    forces the tile instead of the schedule's heuristic."""
+def loop_gemm(M, K, N, precision="fp16"):
+    """The loop module (nothing mapped) of the benchmark's GEMM M x K x N."""
+    if precision == "int8":
+        from int8_ir import loop_module as int8_loop, matmul_integer_model
+        return int8_loop(matmul_integer_model(M, K, N))
     from contraction_ir import loop_module, matmul_model
+    return loop_module(matmul_model(M=M, K=K, N=N, bias=False, relu=False))
 
+
+def ptxc_kernel(M, K, N, cfg=None, precision="fp16"):
+    """(PtxProgram, schedule names) of the fp16 MatMul (or int8 MatMulInteger) M x K x N;
+    ``cfg`` (an mma Config) forces the tile instead of the schedule's heuristic."""
     from ptxc.lower.gpu_map import mma
     from ptxc.ptx import lower_to_ptx
     from ptxc.rewrite import PassManager
-    m = loop_module(matmul_model(M=M, K=K, N=N, bias=False, relu=False))
+    m = loop_gemm(M, K, N, precision)
     if cfg is not None:
         mma.build_all(m, cfg)
     PassManager("map-to-gpu").run(m)
@@ -54,35 +69,72 @@ def ptxc_kernel(M, K, N, cfg=None):
 
 
 def _compile_candidate(args):
-    M, K, N, cfg = args
+    M, K, N, cfg, precision = args
     try:
-        p, _ = ptxc_kernel(M, K, N, cfg)
+        p, _ = ptxc_kernel(M, K, N, cfg, precision)
         return cfg, p
     except Exception as e:  # noqa: BLE001
         return cfg, f"{type(e).__name__}: {e}"
 
 
-def search(M, K, N, min_tile=128 * 128, jobs=16):
+def search_space(M, K, N, precision="fp16", min_tile=128 * 128):
+    """The candidate tiles the search times: at least ``min_tile`` outputs, 3+ stages, at
+    most 256 threads."""
+    from ptxc.lower.gpu_map import contraction, mma
+    m = loop_gemm(M, K, N, precision)
+    c = next(contraction.analyze(o) for o in m.walk()
+             if o.name == "loop.parallel" and contraction.analyze(o) is not None)
+    return [x for x in mma.candidates(c) if x.bm * x.bn >= min_tile and x.stages >= 3
+            and x.threads <= 256]
+
+
+def _tag(cfg) -> str:
+    return f"{cfg.bm}x{cfg.bn}x{cfg.bk} warps {cfg.warps_m}x{cfg.warps_n} stages {cfg.stages}"
+
+
+def ptxas_report(M, K, N, precision="fp16", jobs=2):
+    """Registers, spills and shared memory of every candidate tile (ptxas -arch=sm_90 -v; no
+    GPU): rows of dicts, printed as they come."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from ptxc.ptx import assemble
+    cfgs = search_space(M, K, N, precision)
+    rows = []
+    with ProcessPoolExecutor(jobs) as ex:
+        for cfg, p in ex.map(_compile_candidate, [(M, K, N, x, precision) for x in cfgs]):
+            if isinstance(p, str):
+                rows.append({"config": _tag(cfg), "error": p})
+                print(f"  {_tag(cfg):>32}: {p}", flush=True)
+                continue
+            rep = assemble(p.ptx, "sm_90").kernels
+            mk = [t.name for t in p.table.kernels if t.schedule == "mma"]
+            for name in mk:
+                r = rep[name]
+                row = {"config": _tag(cfg), "registers": r.registers,
+                       "spill_stores": r.spill_stores, "spill_loads": r.spill_loads,
+                       "stack": r.stack_bytes,
+                       "shared": next(t.shared_bytes for t in p.table.kernels if t.name == name)}
+                rows.append(row)
+                print(f"  {row['config']:>32}: {r.registers:3d} registers, spills "
+                      f"{r.spill_stores}/{r.spill_loads}, stack {r.stack_bytes}, shared "
+                      f"{row['shared']}", flush=True)
+    return rows
+
+
+def search(M, K, N, min_tile=128 * 128, jobs=16, precision="fp16"):
     """Compile every mma candidate tile of at least ``min_tile`` outputs (in parallel), time
     each against cuBLAS; rows sorted fastest first."""
     from concurrent.futures import ProcessPoolExecutor
-
-    from contraction_ir import loop_module, matmul_model
-    from ptxc.lower.gpu_map import contraction, mma
-    m = loop_module(matmul_model(M=M, K=K, N=N, bias=False, relu=False))
-    c = next(contraction.analyze(o) for o in m.walk()
-             if o.name == "loop.parallel" and contraction.analyze(o) is not None)
-    cfgs = [x for x in mma.candidates(c) if x.bm * x.bn >= min_tile and x.stages >= 3
-            and x.threads <= 256]
+    cfgs = search_space(M, K, N, precision, min_tile)
     with ProcessPoolExecutor(jobs) as ex:
-        built = list(ex.map(_compile_candidate, [(M, K, N, x) for x in cfgs]))
+        built = list(ex.map(_compile_candidate, [(M, K, N, x, precision) for x in cfgs]))
     rows = []
     for cfg, p in built:
-        tag = f"{cfg.bm}x{cfg.bn}x{cfg.bk} warps {cfg.warps_m}x{cfg.warps_n} stages {cfg.stages}"
+        tag = _tag(cfg)
         if isinstance(p, str):
             rows.append({"config": tag, "error": p})
             continue
-        r = run_shape(M, K, N, program=(p, ["mma"]))
+        r = run_shape(M, K, N, program=(p, ["mma"]), precision=precision)
         r["config"] = tag
         rows.append(r)
         print(f"  {tag:>32}: {r['ptxc_tflops']:6.1f} TF/s ratio {r['ratio']:.2f} "
@@ -106,19 +158,27 @@ def time_queue(launch, sync) -> float:
     return best
 
 
-def run_shape(M, K, N, program=None):
+def run_shape(M, K, N, program=None, precision="fp16"):
     import cuda.core as cc
     import torch
     from numba import cuda
 
-    p, scheds = program if program is not None else ptxc_kernel(M, K, N)
+    p, scheds = program if program is not None else ptxc_kernel(M, K, N, precision=precision)
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((M, K)).astype(np.float16)
-    b = rng.standard_normal((K, N)).astype(np.float16)
+    if precision == "int8":
+        from int8_ir import matmul_integer_model
+        from onnx import numpy_helper
+        a = rng.integers(-128, 128, (M, K)).astype(np.int8)
+        b = numpy_helper.to_array(matmul_integer_model(M, K, N).graph.initializer[0])
+    else:
+        a = rng.standard_normal((M, K)).astype(np.float16)
+        b = rng.standard_normal((K, N)).astype(np.float16)
     t = p.table
     dev = {}
     for s in t.slots:
         host = {"a": a, "b": b}.get(s.name)
+        if host is None and s.kind == "global":
+            host = p.globals[s.name]
         if host is None:
             host = np.zeros(max(s.span, 1), s.dtype)
         dev[s.name] = cuda.to_device(np.ascontiguousarray(host).reshape(-1))
@@ -135,17 +195,30 @@ def run_shape(M, K, N, program=None):
     sec = time_queue(launch, stream.sync)
     y = dev["y"].copy_to_host()[:M * N].reshape(M, N)
     ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
-    ref = torch.matmul(ta, tb)
-    tsec = time_queue(lambda: torch.matmul(ta, tb), torch.cuda.synchronize)
-    refn = ref.float().cpu().numpy()
-    err = float(np.abs(y - refn).max() / max(1e-6, np.abs(refn).max()))
+    peer = torch.matmul
+    if precision == "int8":
+        tb_col = tb.t().contiguous().t()   # column-major [K, N]: cuBLASLt's int8 layout
+        try:
+            torch._int_mm(ta, tb_col)
+            tb = tb_col
+        except RuntimeError:
+            pass
+        peer = torch._int_mm
+    ref = peer(ta, tb)
+    tsec = time_queue(lambda: peer(ta, tb), torch.cuda.synchronize)
+    refn = ref.cpu().numpy()
+    if precision == "int8":
+        err = int(np.count_nonzero(y != refn))     # elements that differ (want 0)
+    else:
+        refn = refn.astype(np.float32)
+        err = float(np.abs(y - refn).max() / max(1e-6, np.abs(refn).max()))
     flops = 2 * M * N * K
-    return {"M": M, "K": K, "N": N, "schedules": scheds,
+    return {"M": M, "K": K, "N": N, "precision": precision, "schedules": scheds,
             "kernels": [{"grid": k.grid, "block": k.block, "shared": k.shared_bytes}
                         for k in t.kernels],
             "flops": flops, "ptxc_us": sec * 1e6, "cublas_us": tsec * 1e6,
             "ptxc_tflops": flops / sec / 1e12, "cublas_tflops": flops / tsec / 1e12,
-            "ratio": tsec / sec, "max_rel_err": err}
+            "ratio": tsec / sec, "max_rel_err" if precision != "int8" else "mismatches": err}
 
 
 def main(argv=None) -> int:
@@ -154,11 +227,23 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default=None, help="MxKxN,... (default: the issue's list)")
     ap.add_argument("--search", default=None, metavar="MxKxN",
                     help="time every candidate tile of the mma schedule on one shape")
+    ap.add_argument("--precision", default="fp16", choices=("fp16", "int8"),
+                    help="fp16 (vs torch.matmul) or int8 (MatMulInteger vs torch._int_mm)")
+    ap.add_argument("--ptxas", default=None, metavar="MxKxN",
+                    help="no GPU: registers and spills of every candidate tile (ptxas)")
     args = ap.parse_args(argv)
+    if args.ptxas:
+        M, K, N = map(int, args.ptxas.split("x"))
+        rows = ptxas_report(M, K, N, args.precision)
+        with open(os.path.join(args.out, f"gemm_ptxas_{args.precision}_{args.ptxas}.json"),
+                  "w") as f:
+            json.dump(rows, f, indent=1)
+        return 0
     if args.search:
         M, K, N = map(int, args.search.split("x"))
-        rows = search(M, K, N)
-        with open(os.path.join(args.out, f"gemm_search_{args.search}.json"), "w") as f:
+        rows = search(M, K, N, precision=args.precision)
+        with open(os.path.join(args.out, f"gemm_search_{args.precision}_{args.search}.json"),
+                  "w") as f:
             json.dump(rows, f, indent=1, default=str)
         for r in rows[:8]:
             print(r.get("config"), r.get("ptxc_tflops"), r.get("ratio"), r.get("error", ""))
@@ -166,21 +251,24 @@ def main(argv=None) -> int:
     shapes = SHAPES if args.shapes is None else \
         [tuple(map(int, s.split("x"))) + (s,) for s in args.shapes.split(",")]
     rows = []
+    int8 = args.precision == "int8"
+    print(f"{args.precision}: ptxc vs {'torch._int_mm (TOPS)' if int8 else 'cuBLAS'}; ratio = "
+          "peer time / ptxc time", flush=True)
     print(f"{'shape':>22} {'MxKxN':>16} {'ptxc us':>9} {'cuBLAS us':>9} {'ptxc TF/s':>9} "
-          f"{'cuBLAS TF/s':>11} {'ratio':>6} {'rel err':>8}", flush=True)
+          f"{'cuBLAS TF/s':>11} {'ratio':>6} {'mismatch' if int8 else 'rel err':>8}", flush=True)
     for M, K, N, name in shapes:
         try:
-            r = run_shape(M, K, N)
+            r = run_shape(M, K, N, precision=args.precision)
         except Exception as e:  # noqa: BLE001  (a benchmark row that failed says why)
             r = {"M": M, "K": K, "N": N, "error": f"{type(e).__name__}: {e}"}
             print(f"{name:>22} {M}x{K}x{N}: {r['error']}", flush=True)
         else:
             print(f"{name:>22} {f'{M}x{K}x{N}':>16} {r['ptxc_us']:9.1f} {r['cublas_us']:9.1f} "
                   f"{r['ptxc_tflops']:9.1f} {r['cublas_tflops']:11.1f} {r['ratio']:6.2f} "
-                  f"{r['max_rel_err']:8.1e}", flush=True)
+                  f"{r['mismatches'] if int8 else r['max_rel_err']:8.1e}", flush=True)
         r["name"] = name
         rows.append(r)
-        with open(os.path.join(args.out, "gemm.json"), "w") as f:
+        with open(os.path.join(args.out, f"gemm{'_int8' if int8 else ''}.json"), "w") as f:
             json.dump(rows, f, indent=1)
     return 0
 

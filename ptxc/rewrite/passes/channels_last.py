@@ -9,10 +9,14 @@ How. Every value gets a *physical layout*: a permutation ``p`` of its logical (O
 tensor in memory being ``transpose(logical, p)``. Function arguments and results keep ONNX's
 layout (the identity). The pass walks each function once, in program order:
 
-* a convolution (``graph.conv``, ``graph.fused_conv``), a max/average pool or an LRN becomes its
-  channels-last form (``layout = "NHWC"``, graph/layout.py): its input is asked for in the
-  channels-last permutation ``(0, 2, .., r-1, 1)``, a constant filter is transposed to KRSC at
-  compile time, a fused epilogue input is asked for in the result's layout;
+* a convolution (``graph.conv``, ``graph.fused_conv``, the int8 ``graph.qlinear_conv``), a
+  max/average pool or an LRN becomes its channels-last form (``layout = "NHWC"``,
+  graph/layout.py): its input is asked for in the channels-last permutation
+  ``(0, 2, .., r-1, 1)``, a constant filter is transposed to KRSC at compile time, a fused
+  epilogue input is asked for in the result's layout (per-channel biases, zero points and
+  multipliers are 1-D and stay as they are);
+* per-tensor ``quantize_linear``/``dequantize_linear`` (one-element scale and zero point) are
+  elementwise and follow their input;
 * global average/max pools become ``reduce_mean``/``reduce_max`` over the spatial dims where they
   lie (the channels-last form needs no new op);
 * layout-agnostic ops follow their input: elementwise ops (every ``elementwise`` op, fused
@@ -41,7 +45,9 @@ Channel padding (``channel-multiple=8``): a non-grouped convolution whose input 
 a multiple of ``channel-multiple`` reads its input padded with zero channels (one ``graph.pad`` on
 the channel axis, whose interior the producer writes directly, see lower-tensor-to-loop) and its
 filter padded with zero channels at compile time, so a 16-byte load (8 halves) never straddles
-two pixels; the result does not change. Off by default (``1``): fp32 CUDA-core and CPU kernels
+two pixels; the result does not change. The multiple counts 2-byte elements: an int8 conv pads
+to twice as many (16 int8 in 16 bytes), where its filter's zero point is 0 (so ``w - zw`` is
+0 on the padded channels). Off by default (``1``): fp32 CUDA-core and CPU kernels
 gain nothing from it (docs/graph-opt.md, "Layout").
 
 The pass does not decide *whether* a graph should run channels-last; ``compile(layout=...)``
