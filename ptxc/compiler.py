@@ -174,7 +174,7 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
             graph_passes: str | None = None, check_numerics: bool = False, threads=None,
             arch: str | None = None, cuda_graph: bool = True, layout: str = DEFAULT_LAYOUT,
             cache: bool | None = None, calibration=None, calibration_cache: str | None = None,
-            precision_overrides: dict | None = None):
+            precision_overrides: dict | None = None, max_memory: int | None = None):
     """Compile a model (path, ModelProto, Network or graph module) into an Engine.
 
     ``layout``: ``"nchw"`` (the default: ONNX's layout throughout), ``"nhwc"`` (convolutional
@@ -201,7 +201,14 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
     ``precision="fp16"`` or ``"tf32"``: TensorRT's rules (:mod:`ptxc.rewrite.passes.precision`,
     docs/lowering.md "Precision"); ``precision_overrides`` keeps the named nodes in fp32. Both
     targets accept every precision (the cpu target for numerics: it computes exactly what the
-    GPU's kernels compute, f16 storage included)."""
+    GPU's kernels compute, f16 storage included).
+
+    ``max_memory`` (bytes): the engine's memory budget (weights, scratch arena and bindings of
+    one execution context; :mod:`ptxc.driver.memory_limit`): an engine that needs more is a
+    CompileError naming the layer of its largest scratch buffer; concurrent runs take only as
+    many contexts as fit."""
+    from .driver.memory_limit import _valid
+    _valid(max_memory)
     target = resolve_target(target)
     if layout not in LAYOUTS:
         raise CompileError(f"unknown layout {layout!r}; the layouts are {', '.join(LAYOUTS)}")
@@ -236,6 +243,7 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
             if engine is not None:
                 if target == "cuda":
                     engine.cuda_graph = cuda_graph
+                engine.max_memory = max_memory
                 return engine
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -260,6 +268,7 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
     engine.precision = precision
     engine.layer_precisions = layer_precisions
     engine.precision_overrides = dict(precision_overrides or {})
+    engine.max_memory = max_memory
     log.info("compiled in %.2f s (%d kernels)", sum(engine.timings.values()),
              len(engine.kernels.kernels) if engine.kernels is not None else 0)
     if key is not None:

@@ -74,7 +74,8 @@ class DeviceError(PtxcError):
 
 
 class OutOfMemoryError(DeviceError):
-    """The device ran out of memory; the message gives the requested and free bytes."""
+    """The device ran out of memory (the message gives the requested and free bytes), or an
+    engine's ``max_memory`` leaves no room for another execution context."""
 
 
 class CalibrationError(PtxcError):

@@ -44,6 +44,19 @@ class ContextPool:
         self._cond = threading.Condition()
         self._creating = 0
         self._gen = 0
+        self._cap: int | None = None
+
+    def cap(self, n: int | None) -> None:
+        """At most ``n`` contexts from now on (None: no cap beyond ``limit``): a memory limit's
+        (:mod:`ptxc.driver.memory_limit`). Contexts already made are kept; runs past the cap
+        wait for a free one."""
+        with self._cond:
+            self._cap = n
+            self._cond.notify_all()
+
+    def _most(self) -> int | None:
+        caps = [c for c in (self._limit, self._cap) if c is not None]
+        return min(caps) if caps else None
 
     @property
     def contexts(self) -> list:
@@ -57,8 +70,8 @@ class ContextPool:
         ctx = None
         with self._cond:
             gen = self._gen
-            while not self._free and self._limit is not None \
-                    and len(self._all) + self._creating >= self._limit:
+            while not self._free and self._most() is not None \
+                    and len(self._all) + self._creating >= self._most():
                 self._cond.wait()
             if self._free:
                 ctx = self._free.pop()

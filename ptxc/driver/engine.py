@@ -68,6 +68,20 @@ class Engine:
         self.memory_plan = None   # a MemoryPlan when the runtime uses the planned arena
         self.precision = "fp32"
         self.layer_precisions = None  # int8: (layer, precision, why) per conv/gemm/matmul
+        self._max_memory = None
+        self._explicit_contexts = 0
+
+    @property
+    def max_memory(self) -> int | None:
+        """The engine's memory limit in bytes (None: none); setting it refuses (CompileError)
+        an engine that needs more for one context and caps its contexts to what fits
+        (:mod:`ptxc.driver.memory_limit`)."""
+        return self._max_memory
+
+    @max_memory.setter
+    def max_memory(self, value) -> None:
+        from .memory_limit import check_max_memory
+        check_max_memory(self, value)
 
     @classmethod
     def for_cpu(cls, loop_module: Operation, timings: dict | None = None, threads=None):
@@ -192,8 +206,15 @@ class Engine:
     def create_context(self) -> "ExecutionContext":
         """A new execution context (TensorRT's IExecutionContext): its own scratch arena (cuda:
         also its own stream, binding buffers and CUDA graph). One context runs one inference at
-        a time; several contexts run at once from several threads."""
-        return ExecutionContext(self, self.program.new_context())
+        a time; several contexts run at once from several threads. Under ``max_memory`` a
+        context that does not fit is an OutOfMemoryError."""
+        from .memory_limit import check_new_context
+        pool = getattr(self.program, "_contexts", None)
+        check_new_context(self, self._explicit_contexts
+                          + (len(pool.contexts) if pool is not None else 0))
+        ctx = ExecutionContext(self, self.program.new_context())
+        self._explicit_contexts += 1
+        return ctx
 
     def _run(self, runner, inputs: dict) -> dict:
         if not isinstance(inputs, dict):

@@ -427,15 +427,19 @@ def save_plan(engine, path, key=None) -> None:
         raise
 
 
-def load_plan(path, *, threads: int | None = None, key=None):
+def load_plan(path, *, threads: int | None = None, key=None, max_memory: int | None = None):
     """Read the plan at ``path`` into an Engine (see the module docstring for what runs). The
     file is read under the trust model of :mod:`ptxc.driver.plan_trust`: a regular file, its
     prefix checked before the rest is read, and its signature checked against ``key`` (or
-    ``PTXC_PLAN_KEY``)."""
+    ``PTXC_PLAN_KEY``). ``max_memory``: the engine's memory budget, as ``compile``'s."""
+    from .memory_limit import _valid
     from .plan_trust import read_plan_file, verify
+    _valid(max_memory)
     path = os.fspath(path)
     buf = verify(read_plan_file(path, MAGIC, FORMAT_VERSION, ALIGN), key, path)
-    return engine_from_plan(buf, threads=threads, source=path)
+    engine = engine_from_plan(buf, threads=threads, source=path)
+    engine.max_memory = max_memory
+    return engine
 
 
 @functools.lru_cache(maxsize=None)
