@@ -25,7 +25,7 @@ defined global symbol is a kernel of the plan's table (each kernel defined once,
 in an executable section), and every undefined symbol is one the CPU runtime provides
 (the C math functions and libgcc helpers of :mod:`ptxc.driver.cpu`, and the ``mem*`` functions
 LLVM may turn loops into). That last part is the object's counterpart of the IR allowlist of
-:func:`ptxc.driver.plan._check_code`: the code is the program, so the object may reach nothing in
+:func:`ptxc.driver.plan_checks._check_code`: the code is the program, so the object may reach nothing in
 the process beyond them by name.
 
 What it cannot check: the machine code itself. A flipped byte inside ``.ltext`` is still a
