@@ -1,0 +1,141 @@
+"""The device side of the CUDA runtime: arch compatibility, loading a kernel and its launch
+configuration from the table, and the device resources a program shares (:class:`_Shared`: the
+device, the loaded module, the weights) and one execution context owns (:class:`_ContextState`:
+stream, arena, bindings, launch arguments, graphs), with their release. Split from
+:mod:`ptxc.driver.cuda` (the program: setup and contexts) and :mod:`ptxc.driver.cuda_context`
+(running an inference on one context).
+
+Example: ``arch_compatible("sm_80", "sm_90")`` is True (PTX is forward compatible: the driver
+JIT-compiles it for the newer device); ``arch_compatible("sm_90a", "sm_100")`` is False (an
+``a`` arch's PTX runs only on that arch).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import CompileError
+from .cuda_graphs import GraphCache
+
+__all__ = ["ALIGN", "arch_number", "arch_compatible", "load_kernel", "launch_config"]
+
+#: alignment of every device buffer placed in a shared allocation (weights, arena slots)
+ALIGN = 256
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def arch_number(arch: str) -> tuple[int, str]:
+    """``"sm_90a"`` -> ``(90, "a")``; a name that is no ``sm_NN[a|f]`` is a CompileError."""
+    m = re.fullmatch(r"sm_(\d+)([af]?)", arch or "")
+    if not m:
+        raise CompileError(f"cuda: {arch!r} is not a CUDA arch (expected sm_NN, e.g. sm_90)")
+    return int(m.group(1)), m.group(2)
+
+
+def arch_compatible(ptx_arch: str, device_arch: str, exact: bool = False) -> bool:
+    """Whether PTX built for ``ptx_arch`` loads on a device of ``device_arch``: PTX is forward
+    compatible (the driver JIT-compiles sm_80 PTX for an sm_90 device), not backward; an
+    arch-specific target (``sm_90a``) runs on that arch only. ``exact`` asks for the same arch."""
+    if exact:
+        return ptx_arch == device_arch
+    (want, suffix), (have, _) = arch_number(ptx_arch), arch_number(device_arch)
+    return want == have if suffix else want <= have
+
+
+def load_kernel(module, info):
+    """The cuda.core kernel of table entry ``info`` from a loaded numba-cuda ``module``; a kernel
+    that launches with more than 48 KiB of dynamic shared memory is allowed that much first
+    (CUDA's opt-in: ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``)."""
+    fn = module.get_function(info.name)
+    if info.dynamic_shared > 48 * 1024:
+        from numba.cuda.cudadrv.driver import binding, driver
+        attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        driver.cuKernelSetAttribute(attr, int(info.dynamic_shared), fn.handle, fn.device.id)
+    return fn.kernel
+
+
+def launch_config(info):
+    """The cuda.core LaunchConfig of table entry ``info`` (grid, block, dynamic shared bytes)."""
+    import cuda.core as cc
+    return cc.LaunchConfig(grid=tuple(info.grid), block=tuple(info.block),
+                           shmem_size=int(info.dynamic_shared))
+
+
+class _Shared:
+    """What every context of a program shares, set up at the first run: the device, the loaded
+    module and its kernels, and the weights (see the module docstring)."""
+
+    def __init__(self):
+        self.cuda = None          # the numba.cuda module
+        self.cc = None            # the cuda.core module
+        self.ctx = None           # numba Context
+        self.dev_id = None        # the device ordinal
+        self.module = None        # numba CudaPythonModule (a weak proxy; the context owns it)
+        self.kernels = []         # one cuda.core Kernel per table entry
+        self.weights = None       # numba DeviceNDArray (uint8)
+        self.device_arch = None
+
+    def release(self) -> None:
+        """Unload the module and drop the weights (flushed now, not at numba's next flush)."""
+        if self.module is not None and self.ctx is not None:
+            try:
+                self.ctx.unload_module(self.module)
+            except Exception:  # noqa: BLE001  (teardown of a possibly broken context)
+                pass
+        self.module = None
+        self.kernels = []
+        self.weights = None
+        _flush(self.ctx)
+
+
+class _ContextState:
+    """What one execution context owns on the device: its stream, scratch arena, binding
+    buffers, the pointer arguments of each launch into them, and its captured CUDA graph."""
+
+    def __init__(self, shared: _Shared):
+        self.shared = shared
+        self.configs = []         # one cuda.core LaunchConfig per table entry
+        self.args = []            # one tuple of pointer ints per table entry
+        self.stream = None        # cuda.core Stream
+        self.nstream = None       # numba Stream over the same handle
+        self.arena = None         # numba DeviceNDArray (uint8)
+        self.bindings = {}        # name -> numba DeviceNDArray (uint8), context-owned
+        self.ptrs = []            # the pointer of each table slot (args: the engine's bindings)
+        self.graphs = GraphCache()  # captured CUDA graphs by pointer set (None: the bindings')
+        self.last = (None, None)  # (args, graph key) of the last inference: launch_times replays it
+        self.flag = None          # the error flag: a 4-byte view of the arena (None: no checks)
+
+    def release(self) -> None:
+        """Free what this context holds: graphs, stream, device memory."""
+        self.graphs.close()
+        try:
+            if self.stream is not None:
+                self.stream.close()
+        except Exception:  # noqa: BLE001  (teardown of a possibly broken context)
+            pass
+        self.stream = self.nstream = None
+        self.configs, self.args, self.ptrs, self.last = [], [], [], (None, None)
+        self.arena = self.flag = None
+        self.bindings = {}
+        _flush(self.shared.ctx)
+
+
+def _flush(ctx) -> None:
+    """Free numba's pending deallocations now."""
+    if ctx is not None:
+        try:
+            ctx.memory_manager.deallocations.clear()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _is_oom(e: Exception) -> bool:
+    code = getattr(e, "code", None)
+    return "OUT_OF_MEMORY" in str(getattr(code, "name", code)) or "OUT_OF_MEMORY" in str(e)
+
+
+def _describe(e: Exception) -> str:
+    return f"{type(e).__name__}: {e}"
