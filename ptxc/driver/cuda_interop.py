@@ -109,7 +109,7 @@ class DeviceInterop:
         start counted from the first kernel's: one inference from host arrays sets up and fills
         the input bindings of an execution context, then its kernels are launched once more one
         by one (no graph), each between two timing events on its stream."""
-        from .cuda import _launch_one
+        from .cuda_context import _launch_one
         with self._contexts.take() as ctx:
             ctx(inputs)
             with ctx._lock:
