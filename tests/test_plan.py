@@ -504,3 +504,29 @@ def test_cuda_plan_refusals(cuda_good, monkeypatch):
     refused(edited(cuda_good, lambda h: h.pop("memory_plan")), "header", "memory plan")
     refused(edited(cuda_good, lambda h: h["options"].pop("cuda_graph")), "header", "cuda_graph")
     refused(edited(cuda_good, lambda h: h.update(arch="gfx90a")), "header", "gfx90a")
+
+
+def test_a_cuda_plan_edited_in_the_header_alone_is_refused(cuda_good):
+    """The PTX states each kernel's footprint (ptxc.ptx.footprint_lines): a binding shrunk with
+    its slot, a grid grown or buffers swapped in the header alone, checksum recomputed, is
+    refused (PlanError, cause "code")."""
+    header, _ = split(cuda_good)
+    arg = next(s for s in header["kernel_table"]["slots"]
+               if s["kind"] == "arg" and s["shape"] and s["shape"][0] > 1)
+
+    def shrink(h):
+        for s in h["kernel_table"]["slots"]:
+            if s["name"] == arg["name"]:
+                s["shape"] = [1] + s["shape"][1:]
+                s["span"] = int(np.prod(s["shape"]))
+        for b in h["bindings"]["inputs"] + h["bindings"]["outputs"]:
+            if b["name"] == arg["name"]:
+                b["shape"] = [1] + b["shape"][1:]
+    refused(edited(cuda_good, shrink), "code", "was compiled for")
+
+    def grow(h):
+        h["kernel_table"]["kernels"][0]["grid"][0] += 1
+    refused(edited(cuda_good, grow), "code", "kernel_0")
+    _, blobs = decode_plan(cuda_good)
+    ptx = blobs[("ptx", "module")].tobytes().decode()
+    assert "// ptxc footprint kernel_0 grid" in ptx

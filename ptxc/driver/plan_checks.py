@@ -291,3 +291,30 @@ def _check_ptx(text: str, table, source: str) -> None:
         if entries[name] != n:
             raise _refuse("code", f"kernel {name} takes {entries[name]} parameters in the PTX; "
                           f"the table gives it {n} buffers", source)
+    _check_ptx_footprint(text, table, source)
+
+
+_FOOTPRINT = re.compile(r"^// ptxc footprint (\S+) grid (\d+) (\d+) (\d+) block (\d+) (\d+) "
+                        r"(\d+) shared (\d+) bytes((?: \d+)*)$", re.M)
+
+
+def _check_ptx_footprint(text: str, table, source: str) -> None:
+    """The kernel table against the footprint lines the PTX states
+    (:func:`ptxc.ptx.footprint_lines`): each kernel's grid, block and shared bytes, and the
+    bytes of each of its buffers. A launch grown, a binding or slot shrunk, or buffers swapped
+    in the header alone would make the kernels index past their buffers."""
+    stated = {}
+    for m in _FOOTPRINT.finditer(text):
+        g = m.groups()
+        if g[0] in stated:
+            raise _refuse("code", f"the PTX states kernel {g[0]}'s footprint twice", source)
+        stated[g[0]] = (tuple(map(int, g[1:4])), tuple(map(int, g[4:7])), int(g[7]),
+                        tuple(int(x) for x in g[8].split()))
+    for k in table.kernels:
+        want = (tuple(k.grid), tuple(k.block), k.shared_bytes,
+                tuple(table.slots[i].span * np.dtype(table.slots[i].dtype).itemsize
+                      for i in k.buffers))
+        have = stated.get(k.name)
+        if have != want:
+            raise _refuse("code", f"kernel {k.name} was compiled for grid, block, shared bytes "
+                          f"and buffer bytes {have}; the kernel table says {want}", source)

@@ -28,7 +28,7 @@ from .ptxas import KernelResources, PtxasReport, assemble, parse_report, ptxas_p
 from .target import (NVPTX_TRIPLE, check_arch, default_arch, nvptx_data_layout, ptx_features,
                      target_machine)
 
-__all__ = ["PtxProgram", "lower_to_ptx", "optimize_nvptx", "default_arch", "ptxas_path",
+__all__ = ["PtxProgram", "lower_to_ptx", "footprint_lines", "optimize_nvptx", "default_arch", "ptxas_path",
            "assemble", "PtxasReport", "KernelResources", "parse_report", "find_libdevice",
            "target_machine", "NVPTX_TRIPLE", "nvptx_data_layout", "ptx_features", "check_arch"]
 
@@ -99,5 +99,25 @@ def lower_to_ptx(loop_module: Operation, func: str = "main", arch: str | None = 
     ptx = target_machine(arch).emit_assembly(mod)
     if "__nvvm_reflect" in ptx:
         raise CompileError("ptx: __nvvm_reflect survived optimization (NVVMReflect did not run)")
+    ptx += footprint_lines(prog.table)
     return PtxProgram(ptx, arch, prog.text, prog.table,
                       {k: np.asarray(v) for k, v in prog.globals.items()})
+
+
+def footprint_lines(table: KernelTable) -> str:
+    """PTX comment lines stating each kernel's footprint: its launch (grid, block, shared
+    bytes) and the bytes of each buffer it was compiled to index. PTX has no parameter sizes
+    (LLVM's ``dereferenceable`` does not survive NVPTX), so the PTX says them here; a plan
+    loader checks the kernel table against them, as the cpu IR's signature attributes, so a
+    launch grown or a binding shrunk in the header alone is refused. Example::
+
+        // ptxc footprint kernel_0 grid 4 1 1 block 256 1 1 shared 0 bytes 4096 1024 4096
+    """
+    out = []
+    for k in table.kernels:
+        nbytes = [table.slots[i].span * np.dtype(table.slots[i].dtype).itemsize
+                  for i in k.buffers]
+        out.append(f"// ptxc footprint {k.name} grid {' '.join(map(str, k.grid))} block "
+                   f"{' '.join(map(str, k.block))} shared {k.shared_bytes} bytes "
+                   + " ".join(map(str, nbytes)))
+    return "\n" + "\n".join(out) + "\n" if out else ""
