@@ -149,3 +149,52 @@ def test_int8_mma_on_gpu_is_bit_exact(case):
     got = run_on_gpu(lower_to_ptx(m), x)
     for k in ref:
         np.testing.assert_array_equal(got[k], ref[k], err_msg=k)
+
+
+@pytest.fixture(scope="module")
+def qdq_cnn():
+    """tests/qdq_models.small_cnn quantized by onnxruntime (asymmetric int8 activations)."""
+    from qdq_models import quantize_qdq, small_cnn
+    rng = np.random.default_rng(3)
+    return quantize_qdq(small_cnn(), [{"x": rng.standard_normal((1, 3, 16, 16)).astype(
+        np.float32)} for _ in range(8)])
+
+
+def _logit_step(model) -> float:
+    from onnx import numpy_helper
+    dq = [n for n in model.graph.node if n.op_type == "DequantizeLinear"][-1]
+    init = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    return float(init[dq.input[1]])
+
+
+@pytest.mark.slow
+def test_qdq_cnn_on_cuda_runs_its_convs_on_int8_mma(qdq_cnn):
+    """onnxruntime's QDQ CNN through the cuda pipeline (fold-qdq, channels-last, map-to-gpu):
+    its three convs are s8 mma kernels (the batch-1 FC is a GEMV, M = 1: no mma tile; integer
+    loops); the mapped module, interpreted, gives the
+    graph interpreter's logits within one quantization step (the global average pool's float
+    sum is reassociated by the reduction schedule, which can move a rounding)."""
+    from ptxc.compiler import as_module, run_stages
+    rng = np.random.default_rng(5)
+    m = as_module(qdq_cnn)
+    run_stages(m, "loop", target="cuda", layout="nhwc")
+    tiles = [o.attributes.get("tile", "") for o in launches(m)
+             if o.attributes["schedule"] == "mma"]
+    assert len(tiles) == 3 and all(t.startswith("s8 ") for t in tiles), tiles
+    step = _logit_step(qdq_cnn)
+    for _ in range(2):
+        x = {"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)}
+        want = ptxc.interpret(ptxc.import_onnx(qdq_cnn), x)["logits"]
+        got = run_main(m, x)["logits"]
+        assert np.abs(got - want).max() <= step * 1.001
+
+
+@pytest.mark.gpu
+def test_qdq_cnn_engine_on_gpu(qdq_cnn):
+    rng = np.random.default_rng(6)
+    engine = ptxc.compile(qdq_cnn, target="cuda", layout="nhwc")
+    step = _logit_step(qdq_cnn)
+    for _ in range(3):
+        x = {"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)}
+        want = ptxc.interpret(ptxc.import_onnx(qdq_cnn), x)["logits"]
+        assert np.abs(engine.run(x)["logits"] - want).max() <= step * 1.001
