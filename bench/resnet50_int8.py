@@ -49,9 +49,15 @@ def gpu_main(args) -> int:
     import tempfile
     import traceback
 
+    import importlib.util
+
     import torch
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from gpu import build_model, export_onnx, median_latency
+    spec = importlib.util.spec_from_file_location(   # bench/gpu.py (tests/gpu is a folder)
+        "bench_gpu", os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu.py"))
+    bench_gpu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_gpu)
+    build_model, export_onnx = bench_gpu.build_model, bench_gpu.export_onnx
+    median_latency = bench_gpu.median_latency
 
     import ptxc
     from ptxc.calib import calibrate
