@@ -198,3 +198,32 @@ def test_qdq_cnn_engine_on_gpu(qdq_cnn):
         x = {"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)}
         want = ptxc.interpret(ptxc.import_onnx(qdq_cnn), x)["logits"]
         assert np.abs(engine.run(x)["logits"] - want).max() <= step * 1.001
+
+
+def _tensor_contractions(model):
+    from ptxc.compiler import as_module, run_stages
+    m = as_module(model)
+    run_stages(m, "tensor")
+    return [o for o in m.walk() if o.name in ("tensor.conv", "tensor.matmul")]
+
+
+@pytest.mark.parametrize("kw, int8", [
+    (dict(), True),                                      # symmetric int8 weights
+    (dict(a_uint8=True, a_zero=131), True),              # ui8 activations moved down by 128
+    (dict(w_uint8=True), False),                         # weights up to 255: no int8 form
+])
+def test_int8_form_where_it_exists(kw, int8):
+    """qlinear ops lower to i8 x i8 -> i32 contractions where ``w - zw`` fits in int8 and the
+    zero-point correction is a compile-time constant; else to the i32-shift form. Both give
+    the interpreter's numbers (the graph op's reference)."""
+    model = matmul_integer_model(32, 48, 16, **kw)
+    (op,) = _tensor_contractions(model)
+    els = [v.type.element.name for v in op.operands[:2]]
+    assert els == (["i8", "i8"] if int8 else ["i32", "i32"])
+    assert op.results[0].type.element.name == "i32"
+    x = inputs_for(model)
+    want = ptxc.interpret(ptxc.import_onnx(model), x)
+    from ptxc.compiler import as_module, run_stages
+    m = as_module(model)
+    run_stages(m, "tensor")
+    np.testing.assert_array_equal(ptxc.interpret(m, x)["y"], want["y"])
