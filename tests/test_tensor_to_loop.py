@@ -217,7 +217,32 @@ def test_pad(mode):
     m, got = three_ways({"x": f32(2, 3), "v": f32(1)}, build)
     t = top(m)
     assert t["loop.copy"] == (1 if mode == "input" else 0)   # a producer writes the interior
-    assert t["loop.parallel"] == 3 + (mode != "input")       # border slabs (+ the producer)
+    assert t["loop.parallel"] == 1 + (mode != "input")       # the border (+ the producer)
+
+
+@pytest.mark.parametrize("shape,low,high", [
+    ((1, 3, 4, 5), (0, 1, 2, 0), (0, 2, 1, 0)),    # NHWC-like: H and W padded, C kept innermost
+    ((2, 3, 4), (1, 0, 2), (2, 1, 0)),             # every dim padded, one side empty per dim
+    ((3, 1, 2), (0, 0, 1), (0, 0, 3)),             # one padded dim: two slabs, still one nest
+    ((2, 2), (3, 0), (0, 0)),                      # one slab: a plain fill
+])
+def test_pad_border_is_one_nest_decoding_every_slab(shape, low, high):
+    """All of a pad's border slabs are stored by one nest (one kernel on a GPU); each border cell
+    exactly once (the interior comes from the producer), on every path three_ways checks."""
+    def build(b, a):
+        (x,) = a
+        src = generic(b, [x], [empty(b, shape)], shape, [identity_map(len(shape))] * 2,
+                      ["parallel"] * len(shape),
+                      lambda bb, s: [bb.create("math.abs", [s[0]]).result]).result
+        return b.create("tensor.pad", [src], {"low": list(low), "high": list(high),
+                                              "value": -3.5}).result
+
+    m, got = three_ways({"x": f32(*shape)}, build)
+    assert top(m)["loop.parallel"] == 2                          # the producer and the border
+    from ptxc.lower.tensor_to_loop.data import border_slabs
+    padded = tuple(n + lo + hi for n, lo, hi in zip(shape, low, high))
+    cells = sum(int(np.prod(np.subtract(hi, lo))) for lo, hi in border_slabs(padded, low, shape))
+    assert cells == int(np.prod(padded)) - int(np.prod(shape))   # disjoint, and all of it
 
 
 # ---- generics -----------------------------------------------------------------------------------

@@ -3,12 +3,27 @@ padded buffer, copying between places.
 
 A fill is one ``loop.parallel`` over the place's dims of extent > 1 (row-major order, so stores
 are contiguous) storing one scalar. A pad's border is the padded box minus its interior, as at
-most two slabs per dim (dims before it restricted to the interior, dims after it whole), each a
-fill over a box with lower bounds, so the interior (where the source is, written by its producer
-or copied) is never written twice. A copy is ``loop.copy`` between two places of one shape.
+most two slabs per padded dim (dims before it restricted to the interior, dims after it whole),
+so the interior (where the source is, written by its producer or copied) is never written twice.
+The slabs are filled by ONE nest (one kernel on a GPU, where four launches for a 2-D pad cost
+more than the stores): its dims are the unpadded dims and one dim ``t`` that counts the border
+cells of the padded dims, slab after slab; each cell's coordinates are decoded from ``t`` with
+constant divisors. For a 1x1-padded 4x4 plane (NHWC: dims H, W padded, N and C kept)::
+
+    before: 4 nests    loop.parallel (c) over h in [0,1),  w in [0,6)  -> store 0
+                       loop.parallel (c) over h in [5,6),  w in [0,6)  -> store 0
+                       loop.parallel (h in [1,5), c) over w in [0,1)   -> store 0
+                       loop.parallel (h in [1,5), c) over w in [5,6)   -> store 0
+    after:  1 nest     loop.parallel (t in [0,20), c):
+                         slab = (t >= 6) + (t >= 12) + (t >= 16)
+                         h, w = per-slab decode of t - offset[slab] -> store 0
+
+A copy is ``loop.copy`` between two places of one shape.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from ...dialects.loop import parallel_loop
 from ...ir.builder import Builder
@@ -45,26 +60,81 @@ def fill(lw, place, value, loc=None) -> None:
     fill_box(lw, place, [0] * len(place.shape), list(place.shape), value, loc)
 
 
+def border_slabs(shape, low, inner_shape) -> list:
+    """The border of a padded box as disjoint boxes ``(lower, upper)``: per padded dim, the slab
+    below the interior and the one above it (dims before it restricted to the interior, dims
+    after it whole); empty slabs left out."""
+    rank = len(shape)
+    slabs = []
+    for d in range(rank):
+        lower = [low[k] if k < d else 0 for k in range(rank)]
+        upper = [low[k] + inner_shape[k] if k < d else shape[k] for k in range(rank)]
+        below, above = list(upper), list(lower)
+        below[d], above[d] = low[d], low[d] + inner_shape[d]
+        for lo, hi in ((lower, below), (above, upper)):
+            if all(h > l for l, h in zip(lo, hi)):
+                slabs.append((list(lo), list(hi)))
+    return slabs
+
+
 def fill_border(lw, place, low, inner_shape, value, loc=None) -> None:
     """Fill ``place`` (a padded tensor) everywhere except the interior box starting at ``low``
-    of ``inner_shape``."""
-    shape = place.shape
-    rank = len(shape)
-    for d in range(rank):
-        lower, upper = [], []
-        for k in range(rank):
-            if k < d:
-                lower.append(low[k])
-                upper.append(low[k] + inner_shape[k])
+    of ``inner_shape``: one nest over all the border slabs (see the module docstring)."""
+    shape = list(place.shape)
+    slabs = border_slabs(shape, low, inner_shape)
+    if len(slabs) <= 1:
+        for lo, hi in slabs:
+            fill_box(lw, place, lo, hi, value, loc)
+        return
+    padded = [d for d in range(len(shape)) if inner_shape[d] != shape[d]]
+    kept = [d for d in range(len(shape)) if d not in padded]
+    # the slabs agree on every kept dim (whole), so a nest dim per kept dim of extent > 1, and t
+    # where the first padded dim is
+    sizes = [int(np.prod([hi[d] - lo[d] for d in padded])) for lo, hi in slabs]
+    offsets = [int(x) for x in np.cumsum([0] + sizes[:-1])]
+    nest_dims = [d for d in kept if shape[d] > 1]
+    at = sum(1 for d in nest_dims if d < padded[0])
+    lower = [0] * (len(nest_dims) + 1)
+    upper = [shape[d] for d in nest_dims]
+    upper.insert(at, sum(sizes))
+    loop, pb, ivs = parallel_loop(Builder.at_end(lw.body), lower, upper, loc=loc)
+    lw.anchor = loop
+    try:
+        scope = Scope(pb)
+        b = scope.b
+        t = ivs[at]
+        c = lambda v: const(scope, v, INDEX)  # noqa: E731
+        # which slab t is in, as a select chain from the last slab down
+        in_slab = [b.create("arith.cmp", [t, c(o)], {"predicate": "ge"}).result
+                   for o in offsets[1:]]
+        coords = {}
+        for d in padded:
+            pick = None
+            for k, (lo, hi) in enumerate(slabs):
+                # d's coordinate if t is in slab k: row-major over the padded dims of the slab
+                inner = int(np.prod([hi[e] - lo[e] for e in padded if e > d]))
+                local = t if offsets[k] == 0 else b.create("arith.sub", [t, c(offsets[k])]).result
+                v = local if inner == 1 else b.create("arith.div", [local, c(inner)]).result
+                if d != padded[0]:
+                    v = b.create("arith.rem", [v, c(hi[d] - lo[d])]).result
+                if lo[d]:
+                    v = b.create("arith.add", [v, c(lo[d])]).result
+                pick = v if pick is None else b.create("arith.select",
+                                                       [in_slab[k - 1], v, pick]).result
+            coords[d] = pick
+        el = place.layout.element
+        v = value(scope) if callable(value) else const(scope, value, el)
+        idx = []
+        for d in range(len(shape)):
+            if d in coords:
+                idx.append(coords[d])
+            elif d in nest_dims:
+                idx.append(ivs[nest_dims.index(d) + (1 if nest_dims.index(d) >= at else 0)])
             else:
-                lower.append(0)
-                upper.append(shape[k])
-        lo_slab_upper = list(upper)
-        lo_slab_upper[d] = low[d]
-        fill_box(lw, place, lower, lo_slab_upper, value, loc)
-        hi_slab_lower = list(lower)
-        hi_slab_lower[d] = low[d] + inner_shape[d]
-        fill_box(lw, place, hi_slab_lower, upper, value, loc)
+                idx.append(c(0))
+        pb.create("loop.store", [v, lw.buffer(place), idx])
+    finally:
+        lw.anchor = None
 
 
 def copy(lw, src, dst, loc=None) -> None:
