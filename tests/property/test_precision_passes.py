@@ -2,7 +2,7 @@
 after graph-opt stays within the fp16 tolerance of fp32 (check-numerics: rtol = atol = 2e-2 once
 the module holds f16 or tf32 products), and every lowering after it is checked by the
 interpreter in that precision; the CPU JIT then equals the loop interpreter, and no reduction
-carries an f16 value."""
+that rounds carries an f16 value."""
 
 import numpy as np
 import pytest
@@ -13,7 +13,7 @@ from ptxc.driver.cpu import CpuProgram
 from ptxc.ir import interpret
 from ptxc.rewrite import PassManager
 from ptxc.rewrite.numerics import FP16_TOLERANCE
-from ptxc.rewrite.passes.precision import LowerPrecision
+from ptxc.rewrite.passes.precision import LowerPrecision, inexact_low_accumulators
 
 from .strategies import graphs
 
@@ -48,9 +48,8 @@ def test_every_lowering_checked_in_reduced_precision(precision, case):
     module = case.network.to_module()
     PassManager(["graph-opt", LowerPrecision(precision=precision)]).run(module)
     PassManager(LOWER, check_numerics=True).run(module)
-    for op in module.walk():
-        if op.name == "loop.for":
-            assert all(r.type.name != "f16" for r in op.results), "an f16 accumulator"
+    # no reduction that rounds carries f16 (a max pool's window max may: it is exact)
+    assert not inexact_low_accumulators(module), "an f16 accumulator"
     want = interpret(module, case.inputs)
     got = CpuProgram.from_module(module, threads=2, min_parallel_work=0)(case.inputs)
     for k, w in want.items():

@@ -419,3 +419,36 @@ def precision_pipeline(precision: str, overrides: dict | None = None) -> str:
 
 __all__ = ["LowerPrecision", "POLICIES", "PRECISIONS", "LOW_TYPE", "policy", "check_precision",
            "precision_pipeline", "WIDE_ACCUMULATOR"]
+
+
+#: combiners whose result is one of their operands: exact in any float type (max pooling moves
+#: f16 values, so its window max may run in f16 without rounding anything)
+EXACT_COMBINERS = frozenset({"arith.max", "arith.min"})
+
+
+def inexact_low_accumulators(module: Operation) -> list:
+    """The contract's check on a loop module: every ``loop.for`` result carried in f16 whose
+    update rounds (a sum, a product: anything but a max or min of the carried value, or an
+    inner loop whose own updates are exact). TensorRT's rule, and ours: no reduction that rounds
+    accumulates in fp16. An empty list means the module keeps it.
+
+        loop.for (%acc: f16) { %m = arith.max(%acc, %x) ; yield %m }   -> exact: not listed
+        loop.for (%acc: f16) { %s = arith.add(%acc, %x) ; yield %s }   -> listed
+    """
+    def exact(loop: Operation, i: int) -> bool:
+        body = loop.regions[0].blocks[0]
+        v = body.last_op.operands[i]
+        if not isinstance(v, OpResult):
+            return v is body.args[1 + i]  # carried through unchanged
+        if v.op.name in EXACT_COMBINERS:
+            return True
+        if v.op.name == "loop.for":
+            return exact(v.op, v.index)
+        return False
+
+    bad = []
+    for op in module.walk():
+        if op.name == "loop.for":
+            bad += [r for i, r in enumerate(op.results)
+                    if r.type.name == "f16" and not exact(op, i)]
+    return bad
