@@ -212,6 +212,9 @@ def test_inspect_names_the_tile_and_precision(tmp_path):
     engine.save(tmp_path / "mm.plan")
     text = inspect_plan(tmp_path / "mm.plan")
     assert "schedule mma [f16 32x64x64 warps 1x2 stages 3 split-K 4]" in text
+    # the split-K partials are f32, the operands f16: the mma kernel's line names both
+    (line,) = [ln for ln in text.splitlines() if "schedule mma" in ln]
+    assert "precision f16+f32" in line
 
 
 def two_matmuls():

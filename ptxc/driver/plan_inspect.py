@@ -1,7 +1,8 @@
 """``ptxc inspect PLAN``: what a plan file holds, read without compiling or running anything.
 
 Target and versions, bindings, the kernel table (each kernel's layer and buffers; cpu: its
-outer range; cuda: its grid, block, static shared bytes and the map-to-gpu schedule), the memory
+outer range; cuda: its grid, block, static shared bytes and the map-to-gpu schedule; its
+precision: the element types of its buffers), the memory
 plan (arena, lower bound, offsets) and the blobs (LLVM IR or PTX, weights).
 """
 
@@ -25,6 +26,19 @@ def inspect_plan(path) -> str:
     except Exception as e:  # noqa: BLE001  (a checksum-valid header of unexpected shape)
         raise PlanError(f"{path}: the header has fields of unexpected types or values "
                         f"({type(e).__name__}: {e}) [header]") from None
+
+
+_SHORT = {"float16": "f16", "float32": "f32", "float64": "f64", "bfloat16": "bf16", "int8": "i8",
+          "uint8": "u8", "int16": "i16", "int32": "i32", "int64": "i64", "bool": "i1"}
+
+
+def _precision(kernel: dict, slots: list) -> str:
+    """The element types a kernel reads and writes (its buffers'), e.g. ``f16+f32`` for an fp16
+    layer with an fp32 bias, or ``f32`` for a layer kept in fp32; an mma kernel's tile also
+    names its operand type (accumulation is f32, or s32 for int8)."""
+    types = {slots[i].get("dtype") for i in kernel.get("buffers", [])
+             if isinstance(i, int) and 0 <= i < len(slots)} - {None}
+    return "+".join(sorted(_SHORT.get(t, str(t)) for t in types)) or "-"
 
 
 def _report(path, data, header: dict, signed: bool) -> str:
@@ -55,8 +69,8 @@ def _report(path, data, header: dict, signed: bool) -> str:
         else:
             mode = "parallel" if k.get("parallel") else "sequential"
             shape = f"outer range {k.get('trip_count')} ({mode})"
-        out.append(f"  {k.get('name')}  layer {k.get('loc')!r}  {shape}  buffers "
-                   f"{', '.join(names)}")
+        out.append(f"  {k.get('name')}  layer {k.get('loc')!r}  {shape}  precision "
+                   f"{_precision(k, slots)}  buffers {', '.join(names)}")
     mp = header.get("memory_plan")
     if mp:
         out.append(f"memory plan: arena {mp.get('arena_bytes'):,} bytes, lower bound "
