@@ -143,6 +143,9 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
     if collector is not None:
         lines = collector.format().splitlines() or ["(no pattern fired or gave a reason)"]
         out += "".join(f"// {line}\n" for line in lines)
+    if stage == "loop" and target == "cuda":
+        from .explore_kernels import kernel_outlines
+        out += kernel_outlines(module)
     if out and not out.endswith("\n"):
         out += "\n"
     if out:

@@ -217,6 +217,29 @@ def test_inspect_names_the_tile_and_precision(tmp_path):
     assert "precision f16+f32" in line
 
 
+def test_explore_outlines_the_mma_pipeline():
+    """``explore --stage loop --target cuda`` starts with an outline per kernel: the mma kernel's
+    prologue copies, its K loop (trip count, wait, barrier, ldmatrix, mma, next copies) and its
+    epilogue stores, counted from the IR below it."""
+    import re
+    import ptxc
+    model = matmul_model(M=64, K=128, N=64)
+    text = ptxc.explore(model, stage="loop", target="cuda", precision="fp16")
+    head = text[:text.index("// -----// IR at the end")]
+    (k,) = [i for i, ln in enumerate(head.splitlines()) if ": mma [f16 " in ln]
+    lines = head.splitlines()[k:k + 4]
+    assert lines[1].startswith("//   prologue:") and "cp.async.16" in lines[1]
+    loop = re.match(r"//   loop x(\d+): +(.*)", lines[2])
+    assert loop, lines
+    tile_k = int(re.search(r"x(\d+) warps", lines[0]).group(1))
+    assert int(loop.group(1)) == 128 // tile_k
+    for part in ("wait_group", "barrier", "ldmatrix.x4", "mma.m16n8k16", "cp.async.16"):
+        assert part in loop.group(2), (part, lines[2])
+    assert lines[3].startswith("//   epilogue:") and "store" in lines[3]
+    n_mma = len(re.findall(r'"gpu.mma"', text))
+    assert f"mma.m16n8k16 x{n_mma}" in loop.group(2) or n_mma == 1
+
+
 def two_matmuls():
     """relu(cast(a) @ cast(b) + bias) and cast(a2) @ cast(b), in one module (f16 inputs)."""
     from onnx import TensorProto, helper
