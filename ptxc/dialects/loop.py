@@ -73,6 +73,9 @@ from ..ir.types import I1, INDEX, BufferType, ScalarType
 
 #: function attribute: the names of the arguments that are output bindings, in result order
 OUTPUTS_ATTR = "loop.outputs"
+#: the model's names of the outputs, where a binding name had to differ (an output named as an
+#: input gets a ``_out`` binding); absent when they are the same
+RESULT_NAMES_ATTR = "loop.result_names"
 
 
 # ---- layouts --------------------------------------------------------------------------------

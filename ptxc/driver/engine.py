@@ -61,7 +61,12 @@ class Engine:
         self.target = target
         self.program = program
         self.inputs = inputs      # name -> TensorType, in binding order
-        self.outputs = outputs    # name -> TensorType, in binding order
+        #: binding name -> the model's name of an output (they differ for an output named as an
+        #: input: its binding is ``<name>_out``; the user sees the model's name)
+        self._public = dict(zip(kernels.outputs, kernels.public)) if kernels is not None \
+            and getattr(kernels, "public", ()) else {}
+        self.output_bindings = outputs  # binding name -> TensorType, as the runtime names them
+        self.outputs = {self._public.get(n, n): t for n, t in outputs.items()}  # model names
         self.timings = timings
         self.llvm_text = llvm_text
         self.kernels = kernels
@@ -170,8 +175,15 @@ class Engine:
         if not isinstance(inputs, dict):
             raise BindingError(f"Engine.run_device takes a dict name -> device array, got "
                                f"{type(inputs).__name__}")
-        got = self.program.run_device(inputs, out=out, stream=stream)
-        return {n: got[n] for n in self.outputs}
+        got = self.program.run_device(inputs, out=self._to_bindings(out), stream=stream)
+        return {self._public.get(n, n): got[n] for n in self.output_bindings}
+
+    def _to_bindings(self, out):
+        """An ``out=`` dict by the model's output names -> by binding names."""
+        if not out or not self._public or not isinstance(out, dict):
+            return out
+        inv = {v: k for k, v in self._public.items()}
+        return {inv.get(k, k): v for k, v in out.items()}
 
     def memory_report(self) -> dict:
         """The arena's peak bytes beside the live-bytes lower bound and the sum without reuse
@@ -224,7 +236,7 @@ class Engine:
         # (np.ascontiguousarray would turn rank-0 inputs into rank 1)
         feeds = {n: x if x.flags.c_contiguous else x.copy() for n, x in zip(self.inputs, arrays)}
         out = runner(feeds)
-        return {n: out[n] for n in self.outputs}
+        return {self._public.get(n, n): out[n] for n in self.output_bindings}
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}: {t}" for n, t in self.inputs.items())
@@ -251,5 +263,6 @@ class ExecutionContext:
         if not isinstance(inputs, dict):
             raise BindingError(f"run_device takes a dict name -> device array, got "
                                f"{type(inputs).__name__}")
-        got = self.context.run_device(inputs, out=out, stream=stream)
-        return {n: got[n] for n in self.engine.outputs}
+        e = self.engine
+        got = self.context.run_device(inputs, out=e._to_bindings(out), stream=stream)
+        return {e._public.get(n, n): got[n] for n in e.output_bindings}

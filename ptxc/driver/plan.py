@@ -143,7 +143,8 @@ def _cuda_plan_to_bytes(engine) -> bytes:
                           **_overrides_option(engine),
                           "cuda_graph": bool(cuda.cuda_graph)},
               "bindings": {"inputs": [_binding(n, t) for n, t in engine.inputs.items()],
-                           "outputs": [_binding(n, t) for n, t in engine.outputs.items()]},
+                           "outputs": [_binding(n, t) for n, t in
+                                       engine.output_bindings.items()]},
               "kernel_table": engine.kernels.to_json(),
               "memory_plan": cuda.plan.to_json()}
     blobs = [("module", "ptx", np.frombuffer(cuda.ptx.encode("utf-8"), np.uint8))]
@@ -174,7 +175,8 @@ def plan_to_bytes(engine) -> bytes:
                           "min_parallel_work": int(cpu.min_parallel_work),
                           "allocator": "arena" if plan is not None else "per-run"},
               "bindings": {"inputs": [_binding(n, t) for n, t in engine.inputs.items()],
-                           "outputs": [_binding(n, t) for n, t in engine.outputs.items()]},
+                           "outputs": [_binding(n, t) for n, t in
+                                       engine.output_bindings.items()]},
               "kernel_table": engine.kernels.to_json()}
     if plan is not None:
         header["memory_plan"] = plan.to_json()

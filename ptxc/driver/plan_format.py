@@ -67,7 +67,7 @@ MAX_COUNT = 2**48
 BLOB_KINDS = ("llvm", "ptx", "weight", "object")
 #: the dtypes a blob may have: numbers only (an object dtype would be a way to smuggle pointers)
 DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                    "uint64", "float16", "float32", "float64"})
+                    "uint64", "float16", "bfloat16", "float32", "float64"})
 _PREFIX = struct.Struct("<8sIQ")
 _DIGEST = 32
 

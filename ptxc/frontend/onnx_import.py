@@ -259,6 +259,8 @@ def import_onnx(model, input_shapes: dict | None = None, constant_inputs: dict |
     values = {vi.name: a for vi, a in zip(runtime_inputs, body.args)}
     known: dict = {}
     ctx = ConvertContext(Builder.at_end(body), _default_opset(proto), values, known, source)
+    ctx.declared = {vi.name: vi.type.tensor_type.elem_type for vi in list(g.value_info)
+                    + list(g.output) if vi.type.HasField("tensor_type")}
 
     for vi in graph_inputs:
         if vi.name in constant_inputs:

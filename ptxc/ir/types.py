@@ -9,6 +9,7 @@ Shapes are static: every dimension is a non-negative int.
 from __future__ import annotations
 
 import attrs
+import ml_dtypes  # noqa: F401  (registers numpy's "bfloat16" dtype, the reference type of bf16)
 import numpy as np
 
 
@@ -47,7 +48,7 @@ class ScalarType:
 
 
 _NP = {
-    "f64": "float64", "f32": "float32", "f16": "float16",
+    "f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16",
     "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8",
     "ui64": "uint64", "ui32": "uint32", "ui16": "uint16", "ui8": "uint8",
     "i1": "bool", "index": "int64",

@@ -36,6 +36,11 @@ exact (add, sub, mul, div, sqrt, comparisons, casts). Choices that keep to the r
   shifts would be poison).
 * i1 lives in memory as one byte (numpy's bool); ``and``/``or``/``not`` on non-i1 values are
   logical (0 or 1), as the reference's ``logical_and``.
+* bf16 is a storage type: its register type is i16 (its bits). Only ``arith.cast`` (to and from
+  it, through f32: widening shifts the bits up; narrowing rounds to nearest even in integer
+  ops, NaN kept quiet as ml_dtypes does), ``select``, constants, loads and stores touch it;
+  the importer computes every bf16 op in f32 (fp32 accumulation, see
+  :mod:`ptxc.frontend.convert.bf16`), so arithmetic on bf16 is a CompileError here.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ from ..ir.core import Operation
 from ..ir.types import I1, ScalarType
 
 I8 = ir.IntType(8)
+I16 = ir.IntType(16)
+I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 BOOL = ir.IntType(1)
 
@@ -74,7 +81,9 @@ def libdevice_functions() -> frozenset:
 
 
 def llvm_type(t: ScalarType) -> ir.Type:
-    """The register type of a scalar (``index`` is i64, ``i1`` is i1)."""
+    """The register type of a scalar (``index`` is i64, ``i1`` is i1, bf16 its bits: i16)."""
+    if t.name == "bf16":
+        return I16
     if t.name in _FLOATS:
         return _FLOATS[t.name]
     if t.is_float:
@@ -92,7 +101,13 @@ def align_of(t: ScalarType) -> int:
 
 
 def supported(t) -> bool:
+    """Arithmetic lowers for ``t``."""
     return isinstance(t, ScalarType) and (t.name in _FLOATS or not t.is_float)
+
+
+def storable(t) -> bool:
+    """``t`` can live in buffers, be loaded, stored, selected and cast (bf16 too)."""
+    return supported(t) or (isinstance(t, ScalarType) and t.name == "bf16")
 
 
 def constant(value, t: ScalarType) -> ir.Constant:
@@ -100,6 +115,8 @@ def constant(value, t: ScalarType) -> ir.Constant:
     (``np.asarray(value).astype(t.np_dtype)``)."""
     with np.errstate(all="ignore"):
         v = np.asarray(value).astype(t.np_dtype)[()]
+    if t.name == "bf16":
+        return ir.Constant(I16, int(np.asarray(v).view(np.int16)))
     if t.is_float:
         return ir.Constant(llvm_type(t), float(v))
     if t == I1:
@@ -133,9 +150,28 @@ class ScalarEmitter:
         return self.b.call(f, args)
 
     # ---- helpers ------------------------------------------------------------------------------
+    def _f64_to_f32_odd(self, v: ir.Value) -> ir.Value:
+        """f64 -> f32 rounded to odd (truncate, then set the last bit if anything was lost):
+        a later rounding to bf16 then equals one direct rounding."""
+        b = self.b
+        t = b.fptrunc(v, ir.FloatType())
+        back = b.fpext(t, ir.DoubleType())
+        # fptrunc rounds to nearest; step toward zero when it rounded away from it
+        away = b.fcmp_ordered(">", b.call(self.declare("llvm.fabs.f64", ir.DoubleType(),
+                                                       [ir.DoubleType()]), [back]),
+                              b.call(self.declare("llvm.fabs.f64", ir.DoubleType(),
+                                                  [ir.DoubleType()]), [v]))
+        bits = b.bitcast(t, I32)
+        bits = b.select(away, b.sub(bits, ir.Constant(I32, 1)), bits)
+        inexact = b.fcmp_ordered("!=", back, v)
+        odd = b.or_(bits, ir.Constant(I32, 1))
+        return b.bitcast(b.select(inexact, odd, bits), ir.FloatType())
+
     def truthy(self, v: ir.Value, t: ScalarType) -> ir.Value:
         if t == I1:
             return v
+        if t.name == "bf16":
+            return self.truthy(self.bf16_to_f32(v), ScalarType("f32"))
         if t.is_float:
             return self.b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0))
         return self.b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
@@ -143,12 +179,40 @@ class ScalarEmitter:
     def from_bool(self, v: ir.Value, t: ScalarType) -> ir.Value:
         if t == I1:
             return v
+        if t.name == "bf16":
+            return self.f32_to_bf16(self.from_bool(v, ScalarType("f32")))
         if t.is_float:
             return self.b.uitofp(v, llvm_type(t))
         return self.b.zext(v, llvm_type(t))
 
+    def bf16_to_f32(self, v: ir.Value) -> ir.Value:
+        """bf16 bits -> f32: the bits are the top half of the f32 (exact)."""
+        b = self.b
+        return b.bitcast(b.shl(b.zext(v, I32), ir.Constant(I32, 16)), ir.FloatType())
+
+    def f32_to_bf16(self, v: ir.Value) -> ir.Value:
+        """f32 -> bf16 bits, rounded to nearest even; a NaN stays a (quiet) NaN of its sign."""
+        b = self.b
+        bits = b.bitcast(v, I32)
+        lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+        rounded = b.lshr(b.add(bits, b.add(ir.Constant(I32, 0x7FFF), lsb)),
+                         ir.Constant(I32, 16))
+        nan = b.or_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 0x40))
+        is_nan = b.fcmp_unordered("uno", v, v)
+        return b.trunc(b.select(is_nan, nan, rounded), I16)
+
     def cast(self, v: ir.Value, src: ScalarType, dst: ScalarType) -> ir.Value:
         b = self.b
+        if src == dst:
+            return v
+        if src.name == "bf16":
+            return self.cast(self.bf16_to_f32(v), ScalarType("f32"), dst)
+        if dst.name == "bf16":
+            if src.name == "f64":  # one rounding, as ml_dtypes: f64 -> bf16 through f32 would
+                v = self._f64_to_f32_odd(v)  # round twice
+            else:
+                v = self.cast(v, src, ScalarType("f32"))
+            return self.f32_to_bf16(v)
         st, dt = llvm_type(src), llvm_type(dst)
         if dst == I1:
             return self.truthy(v, src)

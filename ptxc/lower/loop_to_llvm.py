@@ -78,7 +78,7 @@ from ..ir.core import BlockArgument, Operation, Value
 from ..ir.types import BufferType
 from ..rewrite.provenance import nodes_of
 from . import llvm_tensorcore
-from .llvm_scalar import I64, ScalarEmitter, align_of, memory_type, supported
+from .llvm_scalar import I64, ScalarEmitter, align_of, memory_type, storable
 
 _ARITH = {"constant", "add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "neg",
           "not", "cmp", "select", "cast", "round_tf32", "xor", "shl", "shr", "rem",
@@ -172,6 +172,9 @@ class KernelTable:
     inputs: tuple
     outputs: tuple
     checks: tuple = ()  # descriptions of the run-time checks; the error flag holds 1 + index
+    #: the model's names of the outputs, in order, where they differ from the binding names
+    #: (``loop.result_names``); empty when they are the same
+    public: tuple = ()
 
     @property
     def error_slot(self) -> int | None:
@@ -189,7 +192,8 @@ class KernelTable:
         return {"slots": [attrs.asdict(s) for s in self.slots],
                 "kernels": [attrs.asdict(k) for k in self.kernels],
                 "inputs": list(self.inputs), "outputs": list(self.outputs),
-                "checks": list(self.checks)}
+                "checks": list(self.checks), **({"public": list(self.public)}
+                                                  if self.public else {})}
 
     @classmethod
     def from_json(cls, d: dict) -> "KernelTable":
@@ -201,8 +205,12 @@ class KernelTable:
                                       "grid": tup(k.get("grid")), "block": tup(k.get("block")),
                                       "nodes": tuple(k.get("nodes", ()))})
                         for k in d["kernels"])
+        public = tuple(d.get("public", ()))
+        if public and (len(public) != len(d["outputs"]) or len(set(public)) != len(public)
+                       or not all(isinstance(n, str) for n in public)):
+            raise ValueError(f"public output names {public!r} do not name the outputs")
         return cls(slots, kernels, tuple(d["inputs"]), tuple(d["outputs"]),
-                   tuple(d.get("checks", ())))
+                   tuple(d.get("checks", ())), public)
 
 
 @attrs.define
@@ -284,13 +292,13 @@ def _check_legal(f: Operation, target: str = "cpu") -> None:
         for v in list(op.operands) + list(op.results):
             t = v.type
             el = t.element if isinstance(t, BufferType) else t
-            if not supported(el):
+            if not storable(el):
                 return f"element type {el} has no LLVM lowering"
         return None
 
     body = func_body(f)
     for a in body.args:
-        if not isinstance(a.type, BufferType) or not supported(a.type.element):
+        if not isinstance(a.type, BufferType) or not storable(a.type.element):
             bad.append(f"  argument {a.type}: loop functions take buffers of supported types")
     for op in body.ops:
         if op.name == "func.return" and op.operands:
@@ -694,7 +702,8 @@ def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None
         _nvptx_metadata(m, kernels)
     table = KernelTable(tuple(BufferSlot(**s) for s in slots), tuple(kernels),
                         tuple(n for n in names if n not in output_names(f)),
-                        tuple(output_names(f)), tuple(o.attributes["check"] for o in checks))
+                        tuple(output_names(f)), tuple(o.attributes["check"] for o in checks),
+                        tuple(f.attributes.get("loop.result_names", ())))
     text = str(m)
     _verify_text(text)
     return LLVMProgram(text, table, globals_, triple, data_layout or "")

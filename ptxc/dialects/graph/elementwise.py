@@ -102,8 +102,12 @@ class Div(Arith):
 class Pow(OpSpec):
     """``A ** B`` with broadcasting. As ONNX ``Pow`` (T, T1), the exponent may have another
     numeric element type than the base; the result has the base's type. Mixed types compute in
-    float64 and convert; an integer base with a negative integer exponent truncates toward zero
-    (``2 ** -1 == 0``, ``(-1) ** -1 == -1``)."""
+    float64 and convert. A signed integer base with an integer exponent computes as onnxruntime
+    does, ``trunc(pow(double(A), double(B)))``, with a result that is not finite or does not fit
+    the type giving the type's minimum (x86's "integer indefinite": ``(-2**63) ** 2``,
+    ``7 ** 64`` and ``0 ** -1`` are ``-2**63`` in int64; issue 11: the compiled code used to
+    saturate where the interpreter wrapped); so ``2 ** -1 == 0``, ``(-1) ** -1 == -1``, and
+    results beyond 2**53 are the double's. An unsigned base wraps as numpy's."""
 
     name = "graph.pow"
     operands = ("A", "B")
@@ -122,7 +126,12 @@ class Pow(OpSpec):
     def reference(self, op, args, interp):
         a, b = args
         with np.errstate(all="ignore"):
-            if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+            if a.dtype.kind == "i" and b.dtype.kind in "iu":
+                c = np.trunc(np.power(a.astype(np.float64), b.astype(np.float64)))
+                bits = a.dtype.itemsize * 8
+                ok = (c >= -2.0 ** (bits - 1)) & (c < 2.0 ** (bits - 1))
+                c = np.where(ok, c, -2.0 ** (bits - 1))
+            elif a.dtype.kind in "iu" and b.dtype.kind in "iu":
                 if b.dtype.kind == "i" and (b < 0).any():
                     c = np.trunc(np.power(a.astype(np.float64), b.astype(np.float64)))
                     c = np.nan_to_num(c, nan=0.0, posinf=0.0, neginf=0.0)

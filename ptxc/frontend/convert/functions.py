@@ -125,8 +125,12 @@ def convert_node(ctx: ConvertContext, node: onnx.NodeProto, name: str) -> None:
     ctx.node, ctx.node_name = node, name
     if node.domain not in ("", "ai.onnx") or node.op_type not in table:
         raise UnsupportedOpError({node.op_type: [name]}, ctx.model_name)
+    from .bf16 import convert_in_f32, reads_bf16
     try:
-        outs = table[node.op_type](ctx)
+        if reads_bf16(ctx, node):
+            outs = convert_in_f32(ctx, node, table[node.op_type])
+        else:
+            outs = table[node.op_type](ctx)
     except PtxcError:
         raise
     except Exception as e:  # a converter bug must still name the node

@@ -47,6 +47,12 @@ def _pow(op, b):
         p = op_(bb, "arith.pow", cast(bb, s[0], F64), cast(bb, s[1], F64))
         if out.element.is_float:
             return cast(bb, p, out.element)
+        if out.element.is_signed and not e_el.is_float:
+            # as onnxruntime: trunc(pow) where it fits the type, else the type's minimum
+            lo = -2.0 ** (out.element.bitwidth - 1)
+            fits = op_(bb, "arith.and", op_(bb, "arith.cmp", p, c(bb, lo, F64), predicate="ge"),
+                       op_(bb, "arith.cmp", p, c(bb, -lo, F64), predicate="lt"))
+            return cast(bb, op_(bb, "arith.select", fits, p, c(bb, lo, F64)), out.element)
         if e_el.is_float or not e_el.is_signed:
             return cast(bb, p, out.element)
         # integer ** integer: finite results truncate toward zero, inf and NaN give 0

@@ -9,6 +9,12 @@
   at stride 1 with the kernel flipped and its channel dims swapped per group
   (``W'[g*Mg + m, c, k] = W[g*Cg + c, m, K - 1 - k]``). A constant kernel is rearranged at
   compile time; otherwise a copy generic with a flipping map does it.
+  That form multiplies the spread-in zeros by the kernel, so a NaN or inf tap would reach every
+  output of its channel (``0 * NaN``), where ONNX (onnxruntime's col2im) adds only products of
+  real inputs (issue 11). A kernel that is not a finite constant therefore lowers to the direct
+  form instead: one generic over the output and the reduction dims (input channel of the
+  group, kernel taps) whose body reads ``x`` at ``i = (o + pad - k * dilation) / stride`` with
+  ``tensor.extract`` and adds ``x * w`` only where that ``i`` is a whole input position.
 * pad, mode constant -> ``tensor.pad`` (after an ``extract_slice`` for negative pads, which
   ONNX applies first); modes reflect, edge and wrap -> a generic computing each source index
   from ``tensor.index`` and reading it with ``tensor.extract``.
@@ -22,8 +28,8 @@ from ...dialects.graph.nn import spatial_attrs
 from ...dialects.tensor.generic import build_generic
 from ...dialects.tensor.maps import identity_map, unit_row
 from ...ir.spec import lookup
-from ...ir.types import INDEX, TensorType
-from .common import c, cast, const_array, constant, empty, fill, lowers, op_, pad
+from ...ir.types import I64, INDEX, TensorType
+from .common import acc_type, c, cast, const_array, constant, empty, fill, lowers, op_, pad
 
 
 def bias_init(b, bias, out: TensorType, dim: int = 1):
@@ -109,6 +115,9 @@ def _conv_transpose(op, b):
     opad = op.attr("output_padding")
     kernel = w.type.shape[2:]
     N, C, *ins = x.type.shape
+    wc = const_array(w)
+    if wc is None or not np.isfinite(wc).all():
+        return [_conv_transpose_direct(op, b, x, w, bias, strides, dilations, pads)]
     if any(s > 1 for s in strides):
         up = TensorType((N, C) + tuple(s * (i - 1) + 1 for s, i in zip(strides, ins)),
                         x.type.element)
@@ -124,6 +133,58 @@ def _conv_transpose(op, b):
     init = bias_init(b, bias, out) if bias is not None else fill(b, out, 0.0)
     return [b.create("tensor.conv", [xp, wk, init], {
         "strides": [1] * n, "dilations": list(dilations), "group": op.attr("group")}).result]
+
+
+def _conv_transpose_direct(op, b, x, w, bias, strides, dilations, pads):
+    """``y[b, m, o] = bias[m] + sum over (c, k) of x[b, g*Cg + c, i] * w[g*Cg + c, m', k]``
+    where ``i = (o + pad - k*d) / s`` is whole and inside the input (``g = m // Mg``,
+    ``m' = m - g*Mg``): only real products, as ONNX's col2im."""
+    out = op.results[0].type
+    n = x.type.rank - 2
+    ct = acc_type(out.element)
+    C, ins = x.type.shape[1], x.type.shape[2:]
+    Mg, kernel = w.type.shape[1], w.type.shape[2:]
+    Cg = C // op.attr("group")
+    r = n + 2
+    acc_t = TensorType(out.shape, ct)
+    init = bias_init(b, bias, acc_t) if bias is not None else fill(b, acc_t, 0.0)
+
+    def body(bb, args):
+        (acc,) = args
+        dim = lambda d: bb.create("tensor.index", [], {"dim": d}).result  # noqa: E731
+        i64 = lambda v: cast(bb, v, I64)  # noqa: E731
+        m, cc = i64(dim(1)), i64(dim(r))
+        grp = op_(bb, "arith.div", m, c(bb, Mg, I64))
+        cin = op_(bb, "arith.add", op_(bb, "arith.mul", grp, c(bb, Cg, I64)), cc)
+        mw = op_(bb, "arith.sub", m, op_(bb, "arith.mul", grp, c(bb, Mg, I64)))
+        ok, xi = None, []
+        for j in range(n):
+            k = i64(dim(r + 1 + j))
+            t = op_(bb, "arith.sub", op_(bb, "arith.add", i64(dim(2 + j)), c(bb, pads[j], I64)),
+                    op_(bb, "arith.mul", k, c(bb, dilations[j], I64)))
+            q = op_(bb, "arith.div", t, c(bb, strides[j], I64))
+            conds = [op_(bb, "arith.cmp", t, c(bb, 0, I64), predicate="ge"),
+                     op_(bb, "arith.cmp", op_(bb, "arith.mul", q, c(bb, strides[j], I64)), t,
+                         predicate="eq"),
+                     op_(bb, "arith.cmp", q, c(bb, ins[j], I64), predicate="lt")]
+            for cnd in conds:
+                ok = cnd if ok is None else op_(bb, "arith.and", ok, cnd)
+            xi.append(cast(bb, op_(bb, "arith.select", ok, q, c(bb, 0, I64)), INDEX))
+        ix = lambda v: cast(bb, v, INDEX)  # noqa: E731
+        xv = bb.create("tensor.extract", [x, dim(0), ix(cin)] + xi).result
+        wv = bb.create("tensor.extract", [w, ix(cin), ix(mw)] +
+                       [dim(r + 1 + j) for j in range(n)]).result
+        prod = op_(bb, "arith.mul", cast(bb, xv, ct), cast(bb, wv, ct))
+        return [op_(bb, "arith.select", ok, op_(bb, "arith.add", acc, prod), acc)]
+
+    bounds = tuple(out.shape) + (Cg,) + tuple(kernel)
+    y = build_generic([], [init], bounds, [tuple(unit_row(r + 1 + n, d) for d in range(r))],
+                      ["parallel"] * r + ["reduction"] * (1 + n), body, b=b).result
+    if ct != out.element:
+        y = build_generic([y], [empty(b, out)], out.shape, [identity_map(r), identity_map(r)],
+                          ["parallel"] * r, lambda bb, a: [cast(bb, a[0], out.element)],
+                          b=b).result
+    return y
 
 
 # ---- pad ------------------------------------------------------------------------------------------

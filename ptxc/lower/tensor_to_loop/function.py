@@ -6,7 +6,8 @@ shapes, names from ``arg_names``); its results become output arguments appended 
 named by ``result_names`` and listed in the function attribute ``loop.outputs``; the function
 returns nothing and has no ``result_names`` left. An output name equal to an input name (a model
 that returns an input under its own name) or to an earlier output gets a ``_out`` suffix: a
-binding name must say which argument it is.
+binding name must say which argument it is; the function then keeps the model's names in
+``loop.result_names`` (the Engine returns outputs by those, issue 11).
 
 Each op, in order:
 
@@ -34,6 +35,7 @@ each nest that reads one re-computes it inside (a load at the top level is not a
 from __future__ import annotations
 
 from ...dialects.func import arg_names, func_body, result_names
+from ...dialects.loop import RESULT_NAMES_ATTR
 from ...dialects.loop import OUTPUTS_ATTR
 from ...dialects.tensor.generic import body as generic_body
 from ...dialects.tensor.generic import generic_parts
@@ -224,6 +226,8 @@ class Lowerer:
         attrs["arg_names"] = tuple(in_names + out_names)
         attrs["function_type"] = FunctionType(tuple(in_types + out_types), ())
         attrs[OUTPUTS_ATTR] = tuple(out_names)
+        if list(out_names) != list(result_names(f)):
+            attrs[RESULT_NAMES_ATTR] = tuple(result_names(f))
         outputs = []
         for a, n in zip(self.body.args[len(in_types):], out_names):
             root = Root(OUTPUT, a.type, n)
