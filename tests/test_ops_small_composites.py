@@ -34,3 +34,19 @@ def test_one_hot_and_eye_like():
     np.testing.assert_array_equal(want["eye"], np.eye(3, 5, 1, dtype=np.int32))
     check_model(graph_model([helper.make_node("OneHot", ["i", "depth", "vals"], ["oh"])],
                             {"i": i}, ["oh"], opset=21, inits=inits), {"i": i})
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint8"])
+def test_bitwise_ops(dtype):
+    rng = np.random.default_rng(18)
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max, size=(3, 4), endpoint=True).astype(dtype)
+    b = rng.integers(info.min, info.max, size=(4,), endpoint=True).astype(dtype)
+    nodes = [helper.make_node(op, ["a", "b"], [op.lower()])
+             for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor")]
+    nodes.append(helper.make_node("BitwiseNot", ["a"], ["bitwisenot"]))
+    feeds = {"a": a, "b": b}
+    want = check_model(graph_model(nodes, feeds, [n.output[0] for n in nodes], opset=18), feeds,
+                       cuda=dtype == "int32")
+    np.testing.assert_array_equal(want["bitwisenot"], ~a)
+    np.testing.assert_array_equal(want["bitwisexor"], a ^ b)

@@ -92,6 +92,9 @@ _binary("pow", np.power, "lhs ** rhs")
 _binary("and", np.logical_and, "logical and of i1 values", True)
 _binary("or", np.logical_or, "logical or of i1 values", True)
 _binary("xor", np.logical_xor, "logical exclusive or of i1 values", True)
+_binary("bit_and", np.bitwise_and, "bitwise and of integers", True)
+_binary("bit_or", np.bitwise_or, "bitwise or of integers", True)
+_binary("bit_xor", np.bitwise_xor, "bitwise exclusive or of integers", True)
 
 
 def shift(a, b, left: bool):

@@ -341,6 +341,8 @@ class ScalarEmitter:
                 return self._int_rem(x, y, t)
             if name in ("shl", "shr"):
                 return self._shift(name, x, y, t)
+            if name in ("bit_and", "bit_or", "bit_xor"):
+                return {"bit_and": b.and_, "bit_or": b.or_, "bit_xor": b.xor}[name](x, y)
         raise CompileError(f"{op.where}: no LLVM lowering for arith.{name}")
 
     def round_tf32(self, x: ir.Value) -> ir.Value:

@@ -81,8 +81,8 @@ from . import llvm_tensorcore
 from .llvm_scalar import I64, ScalarEmitter, align_of, memory_type, storable
 
 _ARITH = {"constant", "add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "neg",
-          "not", "cmp", "select", "cast", "round_tf32", "xor", "shl", "shr", "rem",
-          "check_index"}
+          "not", "cmp", "select", "cast", "round_tf32", "xor", "shl", "shr", "rem", "bit_and",
+          "bit_or", "bit_xor", "check_index"}
 #: the name of the error-flag slot (see "Run-time checks" in the module docstring)
 ERROR_SLOT = "ptxc.error"
 _ERROR = object()  # the error flag's key among a kernel's roots (it has no IR value)

@@ -89,6 +89,28 @@ class BitShift(Binary):
 
 
 @register
+class Bitwise(Binary):
+    """``A & B``, ``A | B`` or ``A ^ B`` (``kind`` "and", "or", "xor") on integers (ONNX
+    BitwiseAnd/Or/Xor; BitwiseNot is ``x ^ ~0``)."""
+
+    name = "graph.bitwise"
+    attributes = {"kind": Attr("str", required=True, doc='"and", "or" or "xor"')}
+    traits = {"pure", "elementwise", "commutative"}
+
+    def verify(self, op):
+        super().verify(op)
+        el = ttype(op, 0).element
+        if el.is_float or el == I1:
+            fail(op, f"needs integer operands, got {ttype(op, 0)}")
+        if op.attr("kind") not in ("and", "or", "xor"):
+            fail(op, f"kind must be and, or or xor, got {op.attr('kind')!r}")
+
+    def fn(self, op, a, b):
+        return {"and": np.bitwise_and, "or": np.bitwise_or,
+                "xor": np.bitwise_xor}[op.attr("kind")](a, b)
+
+
+@register
 class LessOrEqual(Binary):
     """``A <= B`` as i1."""
 
@@ -149,6 +171,9 @@ _form("or")(lambda op, b, args: _op(b, "arith.or", *args))
 _form("xor")(lambda op, b, args: _op(b, "arith.xor", *args))
 _form("less_or_equal")(lambda op, b, args: _cmp(b, "le", *args))
 _form("greater_or_equal")(lambda op, b, args: _cmp(b, "ge", *args))
+
+
+_form("bitwise")(lambda op, b, args: _op(b, f"arith.bit_{op.attr('kind')}", *args))
 
 
 @_form("bit_shift")

@@ -17,6 +17,20 @@ def binary(ctx: ConvertContext):
     return ctx.emit(_BINARY[ctx.node.op_type], [ctx.input(0), ctx.input(1)])
 
 
+@converter("BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot")
+def bitwise(ctx: ConvertContext):
+    """BitwiseAnd/Or/Xor (18): ``graph.bitwise``; BitwiseNot: ``x ^ ~0`` (all ones)."""
+    import numpy as np
+    t = ctx.type(0)
+    if t.element.is_float or t.element.name == "i1":
+        raise ctx.error(f"needs integer inputs, got {t}")
+    kind = ctx.node.op_type[len("Bitwise"):].lower()
+    if kind == "not":
+        ones = ctx.constant(np.array(-1).astype(t.element.np_dtype))
+        return ctx.emit("graph.bitwise", [ctx.input(0), ones], {"kind": "xor"})
+    return ctx.emit("graph.bitwise", [ctx.input(0), ctx.input(1)], {"kind": kind})
+
+
 @converter("BitShift")
 def bit_shift(ctx: ConvertContext):
     direction = ctx.attr("direction")
