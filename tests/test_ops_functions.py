@@ -77,3 +77,24 @@ def test_body_nodes_are_named_after_the_node():
                     opset=24)
     text = ptxc.print_ir(ptxc.import_onnx(m))
     assert "graph.sigmoid" in text and '"act/' in text
+
+
+@pytest.mark.slow
+def test_causal_conv_with_state():
+    """CausalConvWithState (opset 27, a context-dependent body): onnx's reference is the
+    oracle; an independent numpy check of the output beside it (depthwise causal conv over
+    past_state ++ input, silu activation)."""
+    x = rand(2, 4, 8)
+    w = rand(4, 1, 3)
+    bias = rand(4)
+    past = rand(2, 4, 2)
+    nodes = [helper.make_node("CausalConvWithState", ["x", "w", "b", "past"], ["y", "state"],
+                              activation="silu")]
+    feeds = {"x": x, "w": w, "b": bias, "past": past}
+    want = check_model(graph_model(nodes, feeds, ["y", "state"], opset=27), feeds, rtol=1e-5,
+                       cuda=False)
+    full = np.concatenate([past, x], axis=2)
+    conv = np.stack([sum(full[:, :, t + j] * w[:, 0, j] for j in range(3))
+                     for t in range(8)], axis=2) + bias[:, None]
+    np.testing.assert_allclose(want["y"], conv / (1 + np.exp(-conv)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(want["state"], full[:, :, -2:])

@@ -32,7 +32,7 @@ from .context import ConvertContext, MissingOutput, converter, converters
 EXPANDED = (
     "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss", "Swish", "MeanVarianceNormalization",
     "SwiGLU", "CenterCropPad", "HannWindow", "HammingWindow",
-    "BlackmanWindow",
+    "BlackmanWindow", "CausalConvWithState",
 )
 
 
