@@ -50,3 +50,20 @@ def test_bitwise_ops(dtype):
                        cuda=dtype == "int32")
     np.testing.assert_array_equal(want["bitwisenot"], ~a)
     np.testing.assert_array_equal(want["bitwisexor"], a ^ b)
+
+
+def test_compress_with_a_known_condition_and_a_runtime_one():
+    """Compress's condition decides the output shape: known at import, it becomes a gather
+    (data at run time); a runtime condition is a ShapeInputError naming it."""
+    import ptxc
+    x = rand(3, 4)
+    cond = numpy_helper.from_array(np.array([True, False, True, True]), "cond")
+    nodes = [helper.make_node("Compress", ["x", "cond"], ["y"], axis=1),
+             helper.make_node("Compress", ["x", "cond"], ["flat"])]
+    want = check_model(graph_model(nodes, {"x": x}, ["y", "flat"], opset=11, inits=[cond]),
+                       {"x": x}, cuda=False)
+    np.testing.assert_array_equal(want["y"], x[:, [0, 2, 3]])
+    m = graph_model(nodes[:1], {"x": x, "cond": np.array([True, False, True, True])}, ["y"],
+                    opset=11)
+    with pytest.raises(ptxc.ShapeInputError, match="condition"):
+        ptxc.import_onnx(m)

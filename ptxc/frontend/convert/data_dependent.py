@@ -1,4 +1,5 @@
-"""Ops whose output *shape* depends on input *values*: NonZero, NonMaxSuppression, Unique.
+"""Ops whose output *shape* depends on input *values*: NonZero, NonMaxSuppression, Unique,
+Compress (its condition).
 
 ptxc compiles static shapes (docs/onnx_coverage.md, "Data-dependent output shapes"). These ops
 are evaluated at import time, with numpy, when their inputs are known then (constants, folded
@@ -27,6 +28,28 @@ def non_zero(ctx: ConvertContext):
     x = np.asarray(_why(ctx, 0, "X"))
     x = np.atleast_1d(x)  # a scalar: as a one-element vector
     return [ctx.constant(np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1))]
+
+
+@converter("Compress")
+def compress(ctx: ConvertContext):
+    """Compress 9, 11: the condition must be known at import; the data need not be. It becomes
+    a ``graph.gather`` of the kept positions (along ``axis``, or of the flattened input)."""
+    cond = np.asarray(_why(ctx, 1, "condition")).astype(bool).reshape(-1)
+    x = ctx.input(0)
+    t = x.type
+    if ctx.has_attr("axis"):
+        axis = int(ctx.attr("axis"))
+        if not -t.rank <= axis < t.rank:
+            raise ctx.error(f"axis {axis} out of range for rank {t.rank}")
+        axis %= t.rank
+    else:
+        x = ctx.emit1("graph.reshape", [x], {"shape": [t.size]})
+        axis = 0
+    n = x.type.shape[axis]
+    if cond.size > n:
+        raise ctx.error(f"condition has {cond.size} entries, the axis only {n}")
+    keep = np.nonzero(cond)[0].astype(np.int64)
+    return [ctx.emit1("graph.gather", [x, ctx.constant(keep)], {"axis": axis})]
 
 
 def _corners(box, center: bool):
