@@ -783,13 +783,22 @@ def _state_footprint(k: "_Kernel", slots: list, trip: int) -> None:
 
 def _nvptx_metadata(m: ir.Module, kernels: list) -> None:
     """``maxntid{x,y,z}`` of every kernel (its block) in ``!nvvm.annotations``, and the
-    ``nvvm-reflect-ftz = 0`` module flag libdevice's ``__nvvm_reflect`` reads."""
+    ``nvvm-reflect-ftz = 0`` module flag libdevice's ``__nvvm_reflect`` reads.
+
+    An mma kernel also gets ``minctasm = 1`` (``.minnctapersm 1``): given ``.maxntid`` alone,
+    ptxas caps a small block's registers to fit many blocks per SM and spills to do it
+    (SqueezeNet's 64-thread 32x64x32 tile: 96 registers and a 4-byte spill; with the hint, 120
+    registers and none). A tensor-core tile wants its accumulators in registers more than a
+    tenth block per SM."""
     i32 = ir.IntType(32)
     for k in kernels:
         fn = m.get_global(k.name)
         for axis, n in zip("xyz", k.block):
             m.add_named_metadata("nvvm.annotations",
                                  [fn, ir.MetaDataString(m, f"maxntid{axis}"), ir.Constant(i32, n)])
+        if k.schedule == "mma":
+            m.add_named_metadata("nvvm.annotations",
+                                 [fn, ir.MetaDataString(m, "minctasm"), ir.Constant(i32, 1)])
     m.add_named_metadata("llvm.module.flags", [ir.Constant(i32, 4),  # 4: Override
                                                ir.MetaDataString(m, "nvvm-reflect-ftz"),
                                                ir.Constant(i32, 0)])
