@@ -18,6 +18,7 @@ ops) by the roundings that fp32 accumulation saves.
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 
 from ...ir.types import BF16, F32, TensorType
@@ -31,10 +32,21 @@ def _is_bf16(v) -> bool:
         and v.type.element == BF16
 
 
+def _input_is_bf16(ctx, name: str) -> bool:
+    """Whether the tensor ``name`` is bf16, without materializing or reading it (an input the
+    converter never reads must not fail here)."""
+    if not name:
+        return False
+    v = ctx.values.get(name)
+    if v is None and name in ctx.pending:
+        return np.asarray(ctx.pending[name]).dtype == BF16.np_dtype
+    return _is_bf16(v)
+
+
 def reads_bf16(ctx, node: onnx.NodeProto) -> bool:
     if node.op_type in DIRECT:
         return False
-    return any(_is_bf16(ctx.input(i)) for i in range(len(node.input)))  # ctx.node is node
+    return any(_input_is_bf16(ctx, name) for name in node.input)
 
 
 def convert_in_f32(ctx, node: onnx.NodeProto, fn) -> list:
@@ -44,6 +56,8 @@ def convert_in_f32(ctx, node: onnx.NodeProto, fn) -> list:
     alias = onnx.NodeProto()
     alias.CopyFrom(node)
     for i, name in enumerate(node.input):
+        if not _input_is_bf16(ctx, name):
+            continue
         v = ctx.input(i)
         if _is_bf16(v):
             if v not in cache:
