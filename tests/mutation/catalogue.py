@@ -252,7 +252,7 @@ CATALOGUE: tuple[Mutation, ...] = (
       "if n <= 1:\n            return",
       (L2L + "::test_jit_matches_interpreter",),
       "kernels of a single point (a scalar, a one-row nest) are never run"),
-    M("plan-blob-bounds-ignore-length", "driver/plan.py",
+    M("plan-blob-bounds-ignore-length", "driver/plan_format.py",
       "if off < 0 or off % ALIGN or off + n > data_bytes:",
       "if off < 0 or off % ALIGN or off > data_bytes:",
       ("tests/test_plan.py::test_blob_out_of_bounds_or_ill_formed",),
