@@ -8,16 +8,7 @@ The container (prefix, JSON header, 64-byte aligned blobs, SHA-256) is
 :mod:`ptxc.driver.plan_checks` and :mod:`ptxc.driver.plan_object`; this module makes the header
 of an engine and an engine of a header.
 
-**Header**: ``format`` ("ptxc-plan") and ``format_version``; ``ptxc_version``,
-``llvmlite_version``, ``llvm_version``; ``target`` ("cpu" or "cuda") and ``arch`` (the CUDA
-arch of the PTX, e.g. "sm_90"; None for cpu); ``host`` (cpu: LLVM ``triple``, ``data_layout``,
-and the ``cpu_name`` it was built on; cuda: None); ``options`` (``precision``; cpu:
-``min_parallel_work``, ``allocator``; cuda: ``cuda_graph``); ``bindings`` (``inputs``/``outputs``:
-name, shape, dtype); ``kernel_table`` (:meth:`KernelTable.to_json`; a cuda kernel has its
-``grid``, ``block``, ``shared_bytes`` and ``schedule``); ``memory_plan``
-(:meth:`MemoryPlan.to_json`; for cpu only when the runtime uses the planned arena, for cuda
-always: the device arena's offsets); ``blobs`` and ``data_bytes`` (the container's). Unknown
-keys are ignored: they are data, never looked up as code.
+**Header**: the fields are listed once, in :mod:`ptxc.driver.plan_format`'s docstring.
 
 **Blobs by target.** cpu: ``llvm``/``module`` (the LLVM IR text, UTF-8 bytes) and the weights.
 cuda: ``ptx``/``module`` (the PTX text, UTF-8 bytes, exactly as compiled) and the weights; the
