@@ -386,6 +386,8 @@ class ScalarEmitter:
             return b.udiv(x, b.select(zero, one, y))
         minus_one = b.icmp_signed("==", y, ir.Constant(ty, -1))
         q = b.sdiv(x, b.select(b.or_(zero, minus_one), one, y))
+        if isinstance(minus_one, ir.Constant) and not minus_one.constant:
+            return q  # a constant divisor other than -1 (the builder folded the guards)
         return b.select(minus_one, b.sub(ir.Constant(ty, 0), x), q)
 
     def _shift(self, name, x, y, t: ScalarType):

@@ -78,6 +78,7 @@ from ..ir.core import BlockArgument, Operation, Value
 from ..ir.types import BufferType
 from ..rewrite.provenance import nodes_of
 from . import llvm_tensorcore
+from .llvm_fold import FoldingBuilder
 from .llvm_scalar import I64, ScalarEmitter, align_of, memory_type, storable
 
 _ARITH = {"constant", "add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "neg",
@@ -351,7 +352,7 @@ class _Kernel(ScalarEmitter):
             self.begin, self.end = self.fn.args[-2], self.fn.args[-1]
             self.begin.name, self.end.name = "begin", "end"
         self.ptrs = dict(zip(roots, self.fn.args))
-        self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        self.b = FoldingBuilder(self.fn.append_basic_block("entry"))
         self.vals: dict = {}
         for op in top_scalars:
             self.emit_scalar(op)

@@ -17,6 +17,8 @@ linked → NVPTX O3 → PTX text.
 
 from __future__ import annotations
 
+import time
+
 import attrs
 import numpy as np
 
@@ -50,17 +52,20 @@ class PtxProgram:
         return [k.name for k in self.table.kernels]
 
 
-def optimize_nvptx(text: str, arch: str, opt_level: int = 3, kernels=()):
+def optimize_nvptx(text: str, arch: str, opt_level: int = 3, kernels=(), timings=None):
     """Parse NVPTX LLVM IR, link libdevice, internalize all but ``kernels`` and optimize;
-    returns the llvmlite module."""
+    returns the llvmlite module. ``timings`` (a dict) gains the seconds of each step."""
     import llvmlite.binding as llvm
     tm = target_machine(arch)
+    clock = _Clock(timings)
     try:
         mod = llvm.parse_assembly(text)
         mod.verify()
     except RuntimeError as e:
         raise CompileError(f"ptx: invalid LLVM IR: {e}") from None
+    clock("parse")
     link_libdevice(mod)
+    clock("libdevice")
     keep = set(kernels)
     for f in mod.functions:
         if not f.is_declaration and f.name not in keep:
@@ -82,21 +87,40 @@ def optimize_nvptx(text: str, arch: str, opt_level: int = 3, kernels=()):
         mod.verify()
     except RuntimeError as e:
         raise CompileError(f"ptx: optimization produced invalid LLVM IR: {e}") from None
+    clock("optimize")
     return mod
 
 
+class _Clock:
+    """Adds the seconds since the last call to ``timings[stage]`` (nothing when None)."""
+
+    def __init__(self, timings):
+        self.timings = timings
+        self.t = time.perf_counter()
+
+    def __call__(self, stage: str) -> None:
+        now = time.perf_counter()
+        if self.timings is not None:
+            self.timings[stage] = self.timings.get(stage, 0.0) + now - self.t
+        self.t = now
+
+
 def lower_to_ptx(loop_module: Operation, func: str = "main", arch: str | None = None,
-                 opt_level: int = 3) -> PtxProgram:
+                 opt_level: int = 3, timings: dict | None = None) -> PtxProgram:
     """PTX of ``func`` of a mapped loop module (every kernel a ``gpu.launch``); see the module
     docstring. A top-level nest that is not mapped is a CompileError (run ``map-to-gpu``);
     missing libdevice is a CompileError saying where it was looked for."""
     arch = check_arch(arch or default_arch())
     if not 0 <= opt_level <= 3:
         raise CompileError(f"ptx: opt_level must be 0..3, is {opt_level}")
+    clock = _Clock(timings)
     prog = lower_loop_to_llvm(loop_module, func, target="nvptx")
+    clock("emit")
     names = [k.name for k in prog.table.kernels]
-    mod = optimize_nvptx(prog.text, arch, opt_level, names)
+    mod = optimize_nvptx(prog.text, arch, opt_level, names, timings)
+    clock.t = time.perf_counter()
     ptx = target_machine(arch).emit_assembly(mod)
+    clock("codegen")
     if "__nvvm_reflect" in ptx:
         raise CompileError("ptx: __nvvm_reflect survived optimization (NVVMReflect did not run)")
     ptx += footprint_lines(prog.table)
