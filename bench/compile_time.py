@@ -13,17 +13,22 @@ graph      graph-opt (+ channels-last, lower-precision)
 tensor     lower-graph-to-tensor, fuse-tensor-elementwise
 loop       lower-tensor-to-loop
 map        map-to-gpu
-emit       loop-to-llvm: llvmlite.ir objects -> text (``verify``: its parse+verify of the text)
-parse      the ptx stage: llvmlite parse + verify of that text
-libdevice  linking libdevice
-optimize   NVPTX O3
-codegen    NVPTX codegen to PTX text
+emit       loop-to-llvm: llvmlite.ir objects -> text (``verify``: a parse+verify of the whole
+           text, where the emission still does one)
+split      one module text per kernel, identical kernels found (:mod:`ptxc.ptx.split`)
+parse      llvmlite parse + verify            } per kernel module, summed over modules:
+libdevice  linking libdevice                  } CPU seconds, spread over processes when
+optimize   NVPTX O3                           } ``compile`` runs in parallel
+codegen    NVPTX codegen to PTX text          }
+compile    wall seconds of parse..codegen of every module (:mod:`ptxc.ptx.jobs`)
+join       the PTX texts joined into one
 ptxas      ``ptxas -arch=sm_90`` of the PTX (with ``--ptxas``; the runtime does not run it)
 =========  ==================================================================================
 
-Also printed: the kernel count, the LLVM text size and the PTX size. The ptx stage's steps
-(parse..codegen) come from :func:`ptxc.ptx.lower_to_ptx`'s ``timings``; where it compiles
-kernels in several processes, they are wall seconds of the whole step.
+``total`` is the wall time: every column but the per-module steps and ptxas. Also printed:
+the kernel count, the distinct kernel modules compiled, the LLVM text size and the PTX size.
+Where ``compile`` is missing (an older ptxc: one module), parse..codegen are wall seconds.
+``PTXC_COMPILE_JOBS`` sets the processes (default: the cores this process may use).
 """
 
 from __future__ import annotations
@@ -38,8 +43,10 @@ import time
 os.environ.setdefault("PTXC_CACHE", "0")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-COLUMNS = ("import", "graph", "tensor", "loop", "map", "emit", "verify", "parse", "libdevice",
-           "optimize", "codegen", "ptxas")
+COLUMNS = ("import", "graph", "tensor", "loop", "map", "emit", "verify", "split", "parse",
+           "libdevice", "optimize", "codegen", "compile", "join", "ptxas")
+#: the per-module steps inside ``compile`` (summed over modules: CPU seconds when parallel)
+STEPS = ("parse", "libdevice", "optimize", "codegen")
 
 
 def rebatch(model, batch: int):
@@ -142,7 +149,8 @@ def main():
     ap.add_argument("--ptxas", action="store_true")
     ap.add_argument("--dump", default=None, help="write each program's .ll and .ptx here")
     args = ap.parse_args()
-    head = ["model", "batch", "prec", *COLUMNS, "total", "kernels", "LLVM MB", "PTX MB"]
+    head = ["model", "batch", "prec", *COLUMNS, "total", "kernels", "modules", "LLVM MB",
+            "PTX MB"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for p in args.precisions.split(","):
@@ -150,10 +158,11 @@ def main():
             for b in args.batches.split(","):
                 t = measure(name, int(b), p, args.layout, args.ptxas, args.dump)
                 cells = [f"{t[c]:.2f}" if c in t else "-" for c in COLUMNS]
-                total = sum(t.get(c, 0.0) for c in COLUMNS if c != "ptxas")
+                skip = {"ptxas", *STEPS} if "compile" in t else {"ptxas"}
+                total = sum(t.get(c, 0.0) for c in COLUMNS if c not in skip)
                 print(f"| {name} | {b} | {p} | " + " | ".join(cells)
-                      + f" | {total:.1f} | {t['kernels']} | {t['llvm_mb']:.1f} "
-                      f"| {t['ptx_mb']:.1f} |", flush=True)
+                      + f" | {total:.1f} | {t['kernels']} | {t.get('modules', '-')} "
+                      f"| {t['llvm_mb']:.1f} | {t['ptx_mb']:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -223,6 +223,8 @@ class LLVMProgram:
     globals: dict  # global name -> read-only numpy array
     triple: str
     data_layout: str
+    #: the llvmlite.ir module the text was printed from (per-kernel modules are cut from it)
+    module: object = None
 
 
 def new_host_target_machine():
@@ -634,10 +636,13 @@ def _top_scalars(kernel: Operation) -> list[Operation]:
 
 
 def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None = None,
-                       data_layout: str | None = None, target: str = "cpu") -> LLVMProgram:
+                       data_layout: str | None = None, target: str = "cpu",
+                       verify: bool = True) -> LLVMProgram:
     """Emit ``func`` of a loop-dialect ``module`` as LLVM IR; see the module docstring.
     ``target`` is ``"cpu"`` (triple and layout default to the host's) or ``"nvptx"`` (default
-    ``nvptx64-nvidia-cuda`` and the NVPTX layout; kernels from ``gpu.launch`` ops)."""
+    ``nvptx64-nvidia-cuda`` and the NVPTX layout; kernels from ``gpu.launch`` ops).
+    ``verify``: parse and verify the text (False: the caller parses and verifies what it
+    compiles, as :func:`ptxc.ptx.lower_to_ptx` does kernel by kernel)."""
     if target not in _TARGETS:
         raise CompileError(f"loop-to-llvm: unknown target {target!r} (known: {list(_TARGETS)})")
     try:
@@ -706,8 +711,9 @@ def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None
                         tuple(output_names(f)), tuple(o.attributes["check"] for o in checks),
                         tuple(f.attributes.get("loop.result_names", ())))
     text = str(m)
-    _verify_text(text)
-    return LLVMProgram(text, table, globals_, triple, data_layout or "")
+    if verify:
+        _verify_text(text)
+    return LLVMProgram(text, table, globals_, triple, data_layout or "", m)
 
 
 def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,

@@ -25,7 +25,10 @@ import numpy as np
 from ..errors import CompileError
 from ..ir.core import Operation
 from ..lower.loop_to_llvm import KernelTable, lower_loop_to_llvm
+from .jobs import compile_modules
 from .libdevice import find_libdevice, link_libdevice
+from .split import join_ptx, kernel_modules
+from .split import key as module_key
 from .ptxas import KernelResources, PtxasReport, assemble, parse_report, ptxas_path
 from .target import (NVPTX_TRIPLE, check_arch, default_arch, nvptx_data_layout, ptx_features,
                      target_machine)
@@ -106,7 +109,8 @@ class _Clock:
 
 
 def lower_to_ptx(loop_module: Operation, func: str = "main", arch: str | None = None,
-                 opt_level: int = 3, timings: dict | None = None) -> PtxProgram:
+                 opt_level: int = 3, timings: dict | None = None,
+                 jobs: int | None = None) -> PtxProgram:
     """PTX of ``func`` of a mapped loop module (every kernel a ``gpu.launch``); see the module
     docstring. A top-level nest that is not mapped is a CompileError (run ``map-to-gpu``);
     missing libdevice is a CompileError saying where it was looked for."""
@@ -114,16 +118,31 @@ def lower_to_ptx(loop_module: Operation, func: str = "main", arch: str | None = 
     if not 0 <= opt_level <= 3:
         raise CompileError(f"ptx: opt_level must be 0..3, is {opt_level}")
     clock = _Clock(timings)
-    prog = lower_loop_to_llvm(loop_module, func, target="nvptx")
+    prog = lower_loop_to_llvm(loop_module, func, target="nvptx", verify=False)
     clock("emit")
-    names = [k.name for k in prog.table.kernels]
-    mod = optimize_nvptx(prog.text, arch, opt_level, names, timings)
+    kernels = prog.table.kernels
+    if not kernels:  # nothing to split: the (empty) module as it is
+        mod = optimize_nvptx(prog.text, arch, opt_level, [], timings)
+        ptx = target_machine(arch).emit_assembly(mod)
+    else:
+        texts = kernel_modules(prog.module, kernels)
+        keys = [module_key(t) for t in texts]
+        unique = {k: t for k, t in zip(keys, texts)}  # first text of each key, in order
+        clock("split")
+        results = compile_modules(list(unique.values()), arch, opt_level, jobs)
+        clock("compile")
+        if timings is not None:
+            timings["modules"] = len(unique)
+            for _, t in results:  # seconds summed over modules (CPU seconds when parallel)
+                for step, sec in t.items():
+                    timings[step] = timings.get(step, 0.0) + sec
+        ptx_of = {k: r[0] for k, r in zip(unique, results)}
+        ptx = join_ptx([(k.name, ptx_of[key]) for k, key in zip(kernels, keys)])
     clock.t = time.perf_counter()
-    ptx = target_machine(arch).emit_assembly(mod)
-    clock("codegen")
     if "__nvvm_reflect" in ptx:
         raise CompileError("ptx: __nvvm_reflect survived optimization (NVVMReflect did not run)")
     ptx += footprint_lines(prog.table)
+    clock("join")
     return PtxProgram(ptx, arch, prog.text, prog.table,
                       {k: np.asarray(v) for k, v in prog.globals.items()})
 
