@@ -5,3 +5,4 @@ from . import quant  # noqa: F401
 from . import norm, resize, logic, positional, gather_scatter, composite, attention  # noqa: F401
 from . import data_dependent, elementwise_composite  # noqa: F401
 from . import functions, small_composites  # noqa: F401
+from . import sample  # noqa: F401
