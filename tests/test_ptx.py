@@ -18,7 +18,7 @@ from ptxc.dialects import gpu
 from ptxc.dialects.loop import for_loop, if_op, parallel_loop, run_main
 from ptxc.errors import CompileError
 from ptxc.ir.types import F16, F32, F64, I1, I8, I32, I64, INDEX
-from ptxc.lower.loop_to_llvm import KernelTable, lower_loop_to_llvm
+from ptxc.lower.loop_to_llvm import DYNAMIC_SHARED, KernelTable, lower_loop_to_llvm
 from ptxc.ptx import (PtxProgram, assemble, default_arch, lower_to_ptx, parse_report,
                       ptxas_path)
 from test_loop_dialect import buf, c, load, module, op, store
@@ -41,14 +41,15 @@ def lin_id(b, block):
 
 # ---- hand-written launches ----------------------------------------------------------------
 
-def block_sum(n=1000, block=256):
+def block_sum(n=1000, block=256, span=None):
     """y[b] = sum of x over block b's 256 elements: a shared-memory tree with barriers, the
-    load guarded by loop.if (i < n), the result written by thread 0 only."""
+    load guarded by loop.if (i < n), the result written by thread 0 only. ``span``: elements of
+    the shared array (default ``block``); over 12,288 it is placed in dynamic shared memory."""
     blocks = -(-n // block)
 
     def body(b, x, y):
         _, k = gpu.launch_op(b, (blocks, 1, 1), (block, 1, 1), "handmade")
-        sh = gpu.shared(k, (block,), F32)
+        sh = gpu.shared(k, (span or block,), F32)
         t = gpu.thread_id(k, 0)
         i = lin_id(k, block)
         store(k, c(k, 0.0), sh, t)
@@ -201,6 +202,28 @@ def test_block_sum_assembles():
     r = rep.kernels["kernel_0"]
     assert r.shared_bytes == 1024 and r.barriers == 1 and r.spill_stores == 0
     assert 0 < r.registers <= 64
+
+
+def block_sum_dynamic():
+    """block_sum with a 64 KiB shared array: plain f32 loads and stores into dynamic shared."""
+    return block_sum(span=16384)
+
+
+@needs_ptxas
+def test_plain_loads_and_stores_in_dynamic_shared_memory():
+    """Dynamic shared memory is one extern byte array; a buffer placed in it is addressed as
+    its element type, as a static array is (a plain f32 store into the i8 base failed: 'cannot
+    store float to i8 addrspace(3)*', on ResNet-50's tf32 tiles)."""
+    m, inputs = block_sum_dynamic()
+    x = np.concatenate([inputs["x"], np.zeros(24, np.float32)]).reshape(4, 256)
+    np.testing.assert_allclose(run_main(m, inputs)["y"], x.sum(1), rtol=1e-5, atol=1e-5)
+    p = lower_to_ptx(m, arch=ARCH)
+    (k,) = p.table.kernels
+    assert k.dynamic_shared == k.shared_bytes == 65536
+    assert f".extern .shared .align 16 .b8 {DYNAMIC_SHARED}[];" in p.ptx
+    assert "st.shared.b32" in p.ptx and "ld.shared.b32" in p.ptx
+    r = assemble(p.ptx, ARCH).kernels["kernel_0"]
+    assert r.shared_bytes == 0 and r.barriers == 1 and r.spill_stores == 0
 
 
 @needs_ptxas
@@ -396,11 +419,18 @@ def check_mapped_ptx(m, arch=ARCH):
         assert f".entry {k.name}(" in p.ptx
         bx, by, bz = k.block
         assert f".maxntid {bx}, {by}, {bz}" in p.ptx
-    assert "__nvvm_reflect" not in p.ptx and ".extern" not in p.ptx
+    assert "__nvvm_reflect" not in p.ptx
+    # the one extern a module may declare is the dynamic shared array of kernels over 48 KiB
+    externs = [ln.strip() for ln in p.ptx.splitlines() if ln.lstrip().startswith(".extern")]
+    assert externs == ([f".extern .shared .align 16 .b8 {DYNAMIC_SHARED}[];"]
+                       if any(k.dynamic_shared for k in t.kernels) else []), externs
     rep = assemble(p.ptx, arch)
     assert sorted(rep.kernels) == sorted(p.kernel_names)
     for k in t.kernels:
-        assert rep.kernels[k.name].shared_bytes == k.shared_bytes, k.name
+        # ptxas counts static shared memory; a dynamic kernel's is sized at launch instead
+        assert k.dynamic_shared in (0, k.shared_bytes), k.name
+        static = k.shared_bytes - k.dynamic_shared
+        assert rep.kernels[k.name].shared_bytes == static, k.name
     return p, rep
 
 
@@ -480,14 +510,14 @@ def ulps(a, b):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", ["block_sum", "all_ids", "mixed_types",
+@pytest.mark.parametrize("case", ["block_sum", "block_sum_dynamic", "all_ids", "mixed_types",
                                   "two_launches_and_weights"])
 def test_handmade_launches_on_gpu(case):
     m, inputs = globals()[case]()
     want = run_main(m, inputs)
     got = run_on_gpu(lower_to_ptx(m), inputs)
     for k in want:
-        if case == "block_sum":  # a tree sum: another order of additions than numpy's
+        if case.startswith("block_sum"):  # a tree sum: another order of additions than numpy's
             np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
         else:
             np.testing.assert_array_equal(got[k], want[k], err_msg=k)

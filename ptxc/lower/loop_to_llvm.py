@@ -590,7 +590,9 @@ class _GpuKernel(_Kernel):
                 base.linkage = "external"
                 base.align = 16
             at = ir.Constant(I64, self.shared_bytes)
-            self.ptrs[op.results[0]] = self.b.gep(base, [ir.Constant(I64, 0), at], inbounds=True)
+            byte = self.b.gep(base, [ir.Constant(I64, 0), at], inbounds=True)
+            # typed as the element, as a static array's GEP is: plain loads and stores need it
+            self.ptrs[op.results[0]] = self.b.bitcast(byte, ty.element.as_pointer(3))
             self.shared_bytes += -(-n * np.dtype(t.element.np_dtype).itemsize // 16) * 16
             return
         g = ir.GlobalVariable(self.m, ty, f"{self.fn.name}.shared{self.n_shared}", addrspace=3)
