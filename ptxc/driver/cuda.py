@@ -81,7 +81,7 @@ from ..errors import BindingError, CompileError, DeviceError, OutOfMemoryError, 
 from .cuda_context import CudaContext
 from .cuda_device import (ALIGN, _align, _ContextState, _describe, _flush,  # noqa: F401
                           _is_oom, _Shared, arch_compatible, arch_number, launch_config,
-                          load_kernel)
+                          load_kernel, release_retired, retire)
 from .cuda_interop import DeviceInterop, InteropCounts
 
 __all__ = ["CudaProgram", "CudaContext", "arch_number", "arch_compatible"]
@@ -317,12 +317,14 @@ class CudaProgram(DeviceInterop):
                 from None
 
     def _ready_shared(self) -> _Shared:
+        release_retired()
         with self._shared_lock:
             if self._shared is None:
                 self._shared = self._setup()
-                # a dropped program gives its module and weights back (not at exit: the
+                # a dropped program gives its module and weights back, at the next run of any
+                # program (retire: never inside the garbage collector), not at exit (the
                 # driver tears the context down then, and numba may be half gone)
-                weakref.finalize(self, _Shared.release, self._shared).atexit = False
+                weakref.finalize(self, retire, self._shared).atexit = False
             return self._shared
 
     def _drop_shared_if_idle(self) -> None:
@@ -341,6 +343,7 @@ class CudaProgram(DeviceInterop):
         program does it too."""
         for c in self._contexts.clear():
             c.release()
+        release_retired()
         with self._shared_lock:
             if self._shared is not None:
                 self._shared.release()

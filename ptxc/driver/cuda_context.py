@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import BindingError, DeviceError, IndexOutOfRangeError, PtxcError
-from .cuda_device import _ContextState, _describe
+from .cuda_device import _ContextState, _describe, retire
 from .cuda_interop import run_device
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class CudaContext:
             except BaseException:
                 p._drop_shared_if_idle()
                 raise
-            weakref.finalize(self, _ContextState.release, self._state).atexit = False
+            weakref.finalize(self, retire, self._state).atexit = False
         else:
             sh.cuda.current_context()  # current on this thread too
         return self._state

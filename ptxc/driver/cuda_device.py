@@ -12,12 +12,14 @@ JIT-compiles it for the newer device); ``arch_compatible("sm_90a", "sm_100")`` i
 
 from __future__ import annotations
 
+import collections
 import re
 
 from ..errors import CompileError
 from .cuda_graphs import GraphCache
 
-__all__ = ["ALIGN", "arch_number", "arch_compatible", "load_kernel", "launch_config"]
+__all__ = ["ALIGN", "arch_number", "arch_compatible", "load_kernel", "launch_config", "retire",
+           "release_retired"]
 
 #: alignment of every device buffer placed in a shared allocation (weights, arena slots)
 ALIGN = 256
@@ -77,6 +79,7 @@ class _Shared:
         self.kernels = []         # one cuda.core Kernel per table entry
         self.weights = None       # numba DeviceNDArray (uint8)
         self.device_arch = None
+        self.live_states = 0      # context states set up over this and not yet released
 
     def release(self) -> None:
         """Unload the module and drop the weights (flushed now, not at numba's next flush)."""
@@ -107,9 +110,16 @@ class _ContextState:
         self.graphs = GraphCache()  # captured CUDA graphs by pointer set (None: the bindings')
         self.last = (None, None)  # (args, graph key) of the last inference: launch_times replays it
         self.flag = None          # the error flag: a 4-byte view of the arena (None: no checks)
+        self.released = False
+        shared.live_states += 1
 
     def release(self) -> None:
-        """Free what this context holds: graphs, stream, device memory."""
+        """Free what this context holds: graphs, stream, device memory (once; a second call
+        does nothing)."""
+        if self.released:
+            return
+        self.released = True
+        self.shared.live_states -= 1
         self.graphs.close()
         try:
             if self.stream is not None:
@@ -121,6 +131,44 @@ class _ContextState:
         self.arena = self.flag = None
         self.bindings = {}
         _flush(self.shared.ctx)
+
+
+#: states whose owner the garbage collector dropped, freed at the next safe point
+_RETIRED: collections.deque = collections.deque()
+
+
+def retire(state) -> None:
+    """The finalizer of a dropped program (``state``: its :class:`_Shared`) or context (its
+    :class:`_ContextState`): queue it, call no driver function. A program and its contexts
+    reference each other, so the cyclic garbage collector drops them together, at any
+    allocation of any thread, and runs their finalizers in no set order: a module unloaded
+    before the graphs and stream that launch its kernels were destroyed, from inside the
+    collector, crashed the process (a segfault while 'Garbage-collecting' in a compile on the
+    H200). numba defers its own frees the same way. ``deque.append`` takes no lock, so a
+    collection that interrupts a drain cannot deadlock."""
+    _RETIRED.append(state)
+
+
+def release_retired() -> None:
+    """Free what :func:`retire` queued, contexts before their program's module (a program's
+    :class:`_Shared` waits while a context state set up over it is live). Called where the
+    runtime is about to use the device anyway (a run, an explicit release), outside the
+    garbage collector."""
+    items = []
+    while _RETIRED:
+        try:
+            items.append(_RETIRED.popleft())
+        except IndexError:  # another thread drained it meanwhile
+            break
+    for st in items:
+        if isinstance(st, _ContextState):
+            st.release()
+    for st in items:
+        if isinstance(st, _Shared):
+            if st.live_states > 0:
+                _RETIRED.append(st)   # a context over it is still set up: later
+            else:
+                st.release()
 
 
 def _flush(ctx) -> None:
