@@ -128,11 +128,17 @@ def loop_module(model):
     return fold_casts(m)
 
 
-def inputs_for(model, seed=1) -> dict:
+def normal(rng, shape, dt):
+    return rng.standard_normal(shape).astype(dt)
+
+
+def inputs_for(model, seed=1, draw=normal) -> dict:
+    """Each graph input of ``model``: ``draw(rng, shape, numpy dtype)``, standard normal by
+    default (int8_ir draws integers over the whole range)."""
     rng = np.random.default_rng(seed)
     out = {}
     for vi in model.graph.input:
         shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
         dt = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
-        out[vi.name] = rng.standard_normal(shape).astype(dt)
+        out[vi.name] = draw(rng, shape, dt)
     return out

@@ -14,9 +14,9 @@ onnxruntime's asymmetric ones, which the int8 form folds into the bias).
 """
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+import contraction_ir
 from ptxc.compiler import as_module, run_stages
 
 OPSET = 17
@@ -126,12 +126,11 @@ def loop_module(model, layout="nchw", target="cpu"):
     return m
 
 
+def full_range(rng, shape, dt):
+    info = np.iinfo(dt)
+    return rng.integers(info.min, int(info.max) + 1, shape).astype(dt)
+
+
 def inputs_for(model, seed=1) -> dict:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for vi in model.graph.input:
-        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-        dt = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
-        info = np.iinfo(dt)
-        out[vi.name] = rng.integers(info.min, int(info.max) + 1, shape).astype(dt)
-    return out
+    """Each graph input of ``model``, integers over its type's whole range."""
+    return contraction_ir.inputs_for(model, seed, draw=full_range)
