@@ -20,6 +20,6 @@ Conventions (the importer, the Network builder and every graph pass rely on them
 from . import common, constant  # noqa: F401
 from . import elementwise, activation, nn, linalg, shape, reduce, region  # noqa: F401
 from . import pool, norm, resize, scalar_forms, logic, trig, positional, gather_scatter, topk, einsum  # noqa: F401
-from . import sample  # noqa: F401
+from . import sample, attention  # noqa: F401
 from . import fused  # noqa: F401  (after the base ops it wraps)
 from . import quant  # noqa: F401

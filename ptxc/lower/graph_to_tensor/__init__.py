@@ -24,7 +24,7 @@ from ...rewrite.pass_ import Pass, register_pass
 from ...rewrite.passes.dce import erase_dead_ops
 from . import elementwise, fused, linalg, nn, norm, pool, reduce, resize, shape  # noqa: F401
 from . import quant  # noqa: F401
-from . import einsum, gather_scatter, positional, sample, topk  # noqa: F401
+from . import attention, einsum, gather_scatter, positional, sample, topk  # noqa: F401
 from .common import LOWERINGS, Unsupported
 
 elementwise.register_form_lowerings(LOWERINGS)

@@ -1,7 +1,7 @@
 """The ``recognize-patterns`` pass: decomposed subgraphs, as exporters leave them, rewritten into
 the single graph ops that have them (GELU, LayerNorm, softmax, HardSwish).
 
-One module per recognizer (gelu, layer_norm, softmax, hard_swish); the matching helpers in
+One module per recognizer (gelu, layer_norm, softmax, hard_swish, attention); the matching helpers in
 ``match``, the pattern base in ``common``. This package is imported with every pass module
 (``ptxc/rewrite/passes/__init__.py`` imports each module and package in the folder), which
 registers the pass.
@@ -14,6 +14,7 @@ import attrs
 from ....ir.core import Operation
 from ...driver import apply_patterns_greedily
 from ...pass_ import Pass, register_pass
+from .attention import RecognizeAttention
 from .gelu import RecognizeGelu
 from .hard_swish import RecognizeHardSwish
 from .layer_norm import FoldLayerNormBias, FoldLayerNormScale, RecognizeLayerNorm
@@ -21,7 +22,7 @@ from .softmax import RecognizeSoftmax
 
 #: the patterns of the pass, in the order the driver tries them on one op
 PATTERNS = (RecognizeGelu, RecognizeHardSwish, RecognizeSoftmax, RecognizeLayerNorm,
-            FoldLayerNormScale, FoldLayerNormBias)
+            FoldLayerNormScale, FoldLayerNormBias, RecognizeAttention)
 
 
 @register_pass
@@ -37,7 +38,10 @@ class RecognizePatterns(Pass):
     * softmax ``exp(x) / reduce_sum(exp(x))`` (after ``x - reduce_max(x)`` or not) ->
       ``graph.softmax``;
     * HardSwish ``x * hard_sigmoid(x)`` (alpha 1/6) or ``x * relu6(x + 3) / 6`` ->
-      ``graph.hard_swish``.
+      ``graph.hard_swish``;
+    * attention ``softmax(scale * Q @ Kt [+ mask]) @ V`` (exported chains and the ONNX Attention
+      converter's composition) -> ``graph.attention``, softmax in f32 (recognize/attention.py
+      has its own before/after example).
 
     Operand orders and associations vary as exporters write them; constants match by value
     within a few ulps of their type. Every intermediate must have no reader outside the pattern;
@@ -77,5 +81,5 @@ class RecognizePatterns(Pass):
         return apply_patterns_greedily(module, PATTERNS, max_iterations=self.max_iterations)
 
 
-__all__ = ["RecognizePatterns", "PATTERNS", "RecognizeGelu", "RecognizeHardSwish",
-           "RecognizeSoftmax", "RecognizeLayerNorm", "FoldLayerNormScale", "FoldLayerNormBias"]
+__all__ = ["RecognizePatterns", "PATTERNS", "RecognizeAttention", "RecognizeGelu",
+           "RecognizeHardSwish", "RecognizeSoftmax", "RecognizeLayerNorm", "FoldLayerNormScale", "FoldLayerNormBias"]
