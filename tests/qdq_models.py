@@ -46,6 +46,53 @@ def small_cnn(seed: int = 0, classes: int = 10) -> onnx.ModelProto:
     return m
 
 
+def small_resnet(seed: int = 0, classes: int = 10) -> onnx.ModelProto:
+    """ResNet-50's layer kinds in the old (Caffe2) export's form, small: convs without bias,
+    each followed by its own BatchNormalization, a bottleneck whose input also feeds the
+    residual ``Sum``, relu after the sum, a 4x4 AveragePool (not global), Reshape, Gemm.
+    x 1x3x8x8 -> conv3x3(8)+bn+relu -> [conv1x1(4)+bn+relu -> conv3x3(8)+bn] + the block's
+    input -> relu -> avg pool 4x4 s4 (2x2) -> reshape (1, 32) -> gemm(10) -> logits."""
+    rng = np.random.default_rng(seed)
+
+    def w(name, *shape):
+        fan_in = int(np.prod(shape[1:]))
+        return numpy_helper.from_array(
+            (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32), name)
+
+    def vec(name, n, lo=None):
+        v = rng.uniform(0.5, 1.5, n) if lo else rng.standard_normal(n) * 0.1
+        return numpy_helper.from_array(v.astype(np.float32), name)
+
+    inits = [w("w1", 8, 3, 3, 3), w("w2", 4, 8, 1, 1), w("w3", 8, 4, 3, 3), w("wf", classes, 32),
+             vec("bf", classes), numpy_helper.from_array(np.array([1, 32], np.int64), "shape")]
+    n = helper.make_node
+    nodes = []
+    for i, c in ((1, 8), (2, 4), (3, 8)):
+        inits += [vec(f"s{i}", c, True), vec(f"b{i}", c), vec(f"m{i}", c), vec(f"v{i}", c, True)]
+    nodes += [
+        n("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        n("BatchNormalization", ["c1", "s1", "b1", "m1", "v1"], ["n1"], name="bn1"),
+        n("Relu", ["n1"], ["r1"], name="relu1"),
+        n("Conv", ["r1", "w2"], ["c2"], name="conv2"),
+        n("BatchNormalization", ["c2", "s2", "b2", "m2", "v2"], ["n2"], name="bn2"),
+        n("Relu", ["n2"], ["r2"], name="relu2"),
+        n("Conv", ["r2", "w3"], ["c3"], name="conv3", pads=[1, 1, 1, 1]),
+        n("BatchNormalization", ["c3", "s3", "b3", "m3", "v3"], ["n3"], name="bn3"),
+        n("Sum", ["n3", "r1"], ["s"], name="sum"),
+        n("Relu", ["s"], ["r"], name="relu"),
+        n("AveragePool", ["r"], ["p"], name="pool", kernel_shape=[4, 4], strides=[4, 4]),
+        n("Reshape", ["p", "shape"], ["f"], name="reshape"),
+        n("Gemm", ["f", "wf", "bf"], ["logits"], name="fc", transB=1),
+    ]
+    g = helper.make_graph(nodes, "small_resnet",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT,
+                                                         [1, classes])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
 def quantize_qdq(model: onnx.ModelProto, samples, per_channel: bool = True,
                  reduce_range: bool = True) -> onnx.ModelProto:
     """``model`` quantized by onnxruntime's quantize_static in QDQ format (int8 activations and

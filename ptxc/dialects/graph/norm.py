@@ -30,11 +30,27 @@ def _per_channel(op, names, first: int = 1):
             fail(op, f"{name} must be a float tensor of shape [{x.shape[1]}], got {t}")
 
 
+def bn_scale_shift(scale, bias, mean, var, epsilon: float, ct=np.float32):
+    """``(s, t)`` with batch norm ``= x * s + t``, computed in ``ct`` as onnxruntime's CPU
+    kernel computes them, rounding for rounding: ``inv = 1 / sqrt(var + eps)``,
+    ``s = inv * scale``, ``t = B - mean * s``; then ``y = x * s + t`` (a multiply, then an add:
+    no fused multiply-add). A QDQ model's float batch norm between a DQ and a Q then quantizes
+    to the same integers as onnxruntime's run of it (one ulp apart, ``(x - mean) * s + B``
+    rounds to the other integer now and then, and ResNet-50 has 53 of them)."""
+    ct = np.dtype(ct).type
+    scale, bias, mean, var = (np.asarray(a).astype(ct, copy=False) for a in
+                              (scale, bias, mean, var))
+    inv = ct(1) / np.sqrt(var + ct(epsilon))
+    s = inv * scale
+    return s, bias - mean * s
+
+
 @register
 class BatchNormalization(OpSpec):
     """Inference batch normalization along axis 1:
     ``Y = (X - mean) / sqrt(var + epsilon) * scale + B`` with per-channel ``scale``, ``B``,
-    ``mean``, ``var`` (``(C,)``). Training mode is not an op of ptxc."""
+    ``mean``, ``var`` (``(C,)``), computed as ``X * s + t`` (:func:`bn_scale_shift`). Training
+    mode is not an op of ptxc."""
 
     name = "graph.batch_normalization"
     operands = ("X", "scale", "B", "input_mean", "input_var")
@@ -56,11 +72,8 @@ class BatchNormalization(OpSpec):
         x = args[0]
         ct = compute_dtype(x.dtype)
         shape = (x.shape[1],) + (1,) * (x.ndim - 2)
-        scale, b, mean, var = (a.astype(ct, copy=False).reshape(shape) for a in args[1:])
-        eps = op.attr("epsilon")
-        # fold into one multiply-add, as an engine does; exact to float rounding
-        mul = scale / np.sqrt(var + ct.type(eps))
-        y = (x.astype(ct, copy=False) - mean) * mul + b
+        s, t = bn_scale_shift(*(a.reshape(shape) for a in args[1:]), op.attr("epsilon"), ct)
+        y = x.astype(ct, copy=False) * s + t
         return [y.astype(x.dtype, copy=False)]
 
 

@@ -149,7 +149,11 @@ class AveragePool(_Pool):
         a, out, xp = self._setup(op, x.astype(ct, copy=False), 0)
         n = x.ndim - 2
         v = windows(xp, a["kernel_shape"], a["strides"], a["dilations"], out)
-        total = v.sum(axis=tuple(range(2 + n, 2 + 2 * n)), dtype=ct)
+        # summed position by position in row-major window order, as a loop (and onnxruntime's
+        # pool kernels) does, not pairwise: the same rounding as the compiled sum
+        total = np.zeros(v.shape[:2 + n], ct)
+        for pos in np.ndindex(*a["kernel_shape"]):
+            total = total + v[(Ellipsis,) + pos]
         # the count is separable: the product over axes of each axis's count
         count = np.ones((), dtype=np.float64)
         for i in range(n):

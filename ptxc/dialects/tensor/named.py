@@ -225,9 +225,12 @@ class Pool(OpSpec):
         axes = tuple(range(2 + n, 2 + 2 * n))
         if op.attr("kind") == "max":
             return np.maximum(y, v.max(axis=axes))
-        ct = _ct(y.dtype)
-        s = v.sum(axis=axes, dtype=ct)
-        return (y.astype(ct, copy=False) + s).astype(y.dtype, copy=False)
+        # a sum adds the window's positions to Y one at a time, in row-major window order, as
+        # the loop nest does (not numpy's pairwise order): the same rounding as compiled code
+        acc = y.astype(_ct(y.dtype))
+        for pos in np.ndindex(*op.attr("kernel_shape")):
+            acc = acc + v[(Ellipsis,) + pos]
+        return acc.astype(y.dtype, copy=False)
 
 
 REDUCE_KINDS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}

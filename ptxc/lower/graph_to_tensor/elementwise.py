@@ -67,17 +67,19 @@ def _pow(op, b):
 
 @lowers("graph.batch_normalization")
 def _batch_norm(op, b):
-    """``(x - mean) * (scale / sqrt(var + eps)) + B`` per channel, in f32 for f16, step for
-    step as the reference."""
+    """``x * s + (B - mean * s)`` with ``s = (1 / sqrt(var + eps)) * scale`` per channel, in f32
+    for f16, step for step as the reference (onnxruntime's order of float operations)."""
     x, scale, bias, mean, var = op.operands
     out = op.results[0].type
     ct = acc_type(out.element)
 
     def body(bb, s):
         xs, sc, bi, mu, va = (cast(bb, v, ct) for v in s)
-        mul = op_(bb, "arith.div", sc, op_(bb, "math.sqrt",
-                                         op_(bb, "arith.add", va, c(bb, op.attr("epsilon"), ct))))
-        y = op_(bb, "arith.add", op_(bb, "arith.mul", op_(bb, "arith.sub", xs, mu), mul), bi)
+        inv = op_(bb, "arith.div", c(bb, 1.0, ct), op_(bb, "math.sqrt", op_(
+            bb, "arith.add", va, c(bb, op.attr("epsilon"), ct))))
+        mul = op_(bb, "arith.mul", inv, sc)
+        shift = op_(bb, "arith.sub", bi, op_(bb, "arith.mul", mu, mul))
+        y = op_(bb, "arith.add", op_(bb, "arith.mul", xs, mul), shift)
         return cast(bb, y, out.element)
 
     cm = channel_map(x.type.rank)

@@ -36,6 +36,7 @@ from typing import NamedTuple
 import attrs
 import numpy as np
 
+from ...dialects.graph.norm import bn_scale_shift
 from ...ir.attributes import DenseElements
 from ...ir.core import Operation, Value
 from ...ir.spec import lookup
@@ -277,10 +278,14 @@ class DecomposeBatchNorm(RewritePattern):
     benefit = 1
 
     def match_and_rewrite(self, op, rewriter):
-        st = bn_affine(op)
-        if st is None:
+        params = [const_array(v) for v in op.operands[1:]]
+        if any(p is None for p in params):
             return False
         t_x = op.operands[0].type
+        # s and t rounded as the op's own semantics round them (bn_scale_shift), so that the
+        # decomposed x * s + t is the batch norm bit for bit
+        st = bn_scale_shift(*params, op.attr("epsilon"),
+                            np.float64 if t_x.element.name == "f64" else np.float32)
         el = t_x.element
         shape = (t_x.shape[1],) + (1,) * (t_x.rank - 2)
         name = op.result.name_hint
