@@ -117,6 +117,21 @@ def test_global_average_pool():
     assert launches[0].attributes["block"] == (32, 1, 1)
 
 
+def test_windowed_average_pool_sum_keeps_its_order():
+    """The same 7x7 sum from an AveragePool (a window, not a reduce) is ``ordered``: its window
+    order is its semantics (onnxruntime's, which a QDQ model's next Q sees), so the reduction
+    schedule leaves it to one thread per point, bit for bit the sequential loop."""
+    model = make_model("AveragePool", [("x", rand(1, 64, 7, 7))], kernel_shape=[7, 7])
+    module = run_stages(as_module(model), "loop")
+    x = {"x": rand(1, 64, 7, 7)}
+    before = run_main(module, x)
+    launches, left = map_reductions(module)
+    assert launches == [] and len(left) == 1 and "ordered" in left[0], left
+    after = run_main(module, x)
+    for k in before:
+        np.testing.assert_array_equal(after[k], before[k])
+
+
 def test_layer_norm():
     check_model(make_model("LayerNormalization", [("x", rand(2, 8, 768)), "s", "b"],
                            consts={"s": rand(768), "b": rand(768)}, axis=-1), 2, 1)

@@ -284,7 +284,10 @@ class For(OpSpec):
     operands = (Operand("inits", variadic=True),)
     results = (Result("results", variadic=True),)
     attributes = {"lower": Attr("int", required=True), "upper": Attr("int", required=True),
-                  "step": Attr("int", default=1)}
+                  "step": Attr("int", default=1),
+                  "ordered": Attr("bool", default=False,
+                                  doc="the carried values combine in iteration order: a schedule "
+                                      "may not reassociate them (tensor.generic's ordered)")}
     regions = 1
 
     def infer_types(self, op):

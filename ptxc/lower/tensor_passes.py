@@ -193,7 +193,8 @@ def fuse(p: Operation, c: Operation, k: int) -> Operation:
         b.insert(op.clone(cmap))
     return make_op("tensor.generic", [ins, list(c_outs)], {
         "bounds": c.attr("bounds"), "indexing_maps": tuple(maps) + tuple(c_maps[len(c_ins):]),
-        "iterator_types": c.attr("iterator_types"), FUSED: absorbed(c, p) or None},
+        "iterator_types": c.attr("iterator_types"), FUSED: absorbed(c, p) or None,
+        "ordered": c.attr("ordered") or None},
         result_types=[r.type for r in c.results], regions=[Region([block])], loc=c.loc,
         result_names=[r.name_hint for r in c.results])
 

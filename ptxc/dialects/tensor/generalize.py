@@ -177,7 +177,8 @@ def _pool(op):
         my = tuple(unit_row(n, i) for i in range(2 + s))
         return build_generic([x], [y], bounds, [mx, my],
                              ["parallel"] * (2 + s) + ["reduction"] * s,
-                             _combine_body(op.attr("kind")), loc=op.loc)
+                             _combine_body(op.attr("kind")), loc=op.loc,
+                             ordered=op.attr("kind") == "sum")
     s = x.type.rank - 2
     kernel, strides, dilations = (op.attr(a) for a in ("kernel_shape", "strides", "dilations"))
     bounds = y.type.shape + tuple(kernel)
@@ -189,8 +190,10 @@ def _pool(op):
         sp.append(tuple(row))
     mx = (unit_row(n, 0), unit_row(n, 1), *sp)
     my = tuple(unit_row(n, i) for i in range(2 + s))
+    # a window's sum keeps its row-major order (tensor.pool's semantics, onnxruntime's order)
     return build_generic([x], [y], bounds, [mx, my], ["parallel"] * (2 + s) + ["reduction"] * s,
-                         _combine_body(op.attr("kind")), loc=op.loc)
+                         _combine_body(op.attr("kind")), loc=op.loc,
+                         ordered=op.attr("kind") == "sum")
 
 
 def _reduce(op):

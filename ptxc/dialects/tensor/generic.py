@@ -70,6 +70,9 @@ class Generic(OpSpec):
         "bounds": Attr("ints", required=True, doc="the extent of each loop dim"),
         "indexing_maps": Attr("any", required=True, doc="one map per operand, ins then outs"),
         "iterator_types": Attr("strs", required=True, doc="parallel or reduction per loop dim"),
+        "ordered": Attr("bool", default=False,
+                        doc="the reductions combine in iteration order, which a schedule keeps "
+                            "(no reassociated float sums): a windowed pool's sum"),
     }
     regions = 1
 
@@ -216,17 +219,17 @@ class Extract(OpSpec):
 # ---- building -----------------------------------------------------------------------------------
 
 def build_generic(ins, outs, bounds, maps, iterators, body_fn, loc=None, b: Builder | None = None,
-                  result_names=None):
+                  result_names=None, ordered: bool = False):
     """Make (and insert at ``b`` when given) a ``tensor.generic``. ``body_fn(builder, args)``
     builds the body at ``builder`` from its block arguments (ins then outs) and returns the
-    values to yield."""
+    values to yield; ``ordered``: its reductions keep their iteration order."""
     block = Block([v.type.element for v in list(ins) + list(outs)])
     bb = Builder.at_end(block)
     ys = body_fn(bb, list(block.args))
     bb.create("tensor.yield", list(ys), result_types=[])
     op = make_op("tensor.generic", [list(ins), list(outs)],
                  {"bounds": tuple(bounds), "indexing_maps": tuple(maps),
-                  "iterator_types": tuple(iterators)},
+                  "iterator_types": tuple(iterators), **({"ordered": True} if ordered else {})},
                  result_types=[v.type for v in outs], regions=[Region([block])], loc=loc,
                  result_names=result_names)
     if b is not None:

@@ -82,7 +82,9 @@ in every GPU library (cuBLAS, CUB, cuDNN); results differ from the sequential lo
 typically less, since pairwise sums grow error as ``log N`` rather than ``N``. max and min are
 exact (NaN still propagates: the identity never hides one).
 
-Not handled (the nest goes to the next schedule, pointwise): a body with two reduction loops or
+Not handled (the nest goes to the next schedule, pointwise): an ``ordered`` reduction loop (a
+windowed pool's sum, whose window order is its semantics: ``tensor.generic``'s ``ordered``), a
+body with two reduction loops or
 a loop in the epilogue, a store inside the reduction, a carried value used by anything but its
 combiner (a running sum also stored per step), top-level ``loop.for`` kernels (their results
 cannot be used, so they are never reductions; full reductions arrive as 0-dim parallels), and
@@ -251,6 +253,9 @@ def analyze(op: Operation, min_trip: int = MIN_TRIP, min_work: int = MIN_WORK,
         if o.regions:
             return f"the epilogue has {o.name} with a region (thread 0 would run it alone)"
     levels = _chain(red)
+    if any(lv.attr("ordered") for lv in levels):
+        return ("the reduction is ordered (a windowed pool's sum keeps its window order, as the "
+                "reference and onnxruntime add it): threads would reassociate it")
     inner = levels[-1]
     block = _body(inner)
     for o in list(block.ops)[:-1]:

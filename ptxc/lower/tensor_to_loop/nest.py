@@ -360,6 +360,8 @@ class NestEmitter:
                 return out
             d = red[k]
             loop, fb, iv, inner = for_loop(scope.b, ranges[d][0], ranges[d][1], inits=carried)
+            if spec.op.attr("ordered"):
+                loop.attributes["ordered"] = True
             for dims in variants:
                 dims[d] = iv
             ys = level(k + 1, Scope(fb, scope), inner)
