@@ -136,3 +136,16 @@ def test_scores_read_elsewhere_are_explained():
     assert '"graph.attention"' not in text
     line = [ln for ln in text.splitlines() if "RecognizeAttention" in ln]
     assert any("pv not recognized as attention: scale has 2 users" in ln for ln in line), line
+
+
+@pytest.mark.slow
+def test_bert_block_under_fp16():
+    """precision="fp16": the projections run f16, graph.attention keeps the fp32 policy (its
+    operands read as f32, softmax f32); the result stays near onnxruntime's f32 one."""
+    model, feeds = bert_attention()
+    text = ptxc.explore(model, stage="graph", precision="fp16")
+    line = [ln for ln in text.splitlines() if '"graph.attention"' in ln]
+    assert len(line) == 1 and "f16" not in line[0].split(":", 1)[1]
+    want = onnxruntime_run(model, feeds)["y"]
+    got = ptxc.compile(model, target="cpu", precision="fp16").run(feeds)["y"]
+    np.testing.assert_allclose(got, want, rtol=0, atol=0.02 * np.abs(want).max())
