@@ -149,6 +149,7 @@ def main():
     ap.add_argument("--ptxas", action="store_true")
     ap.add_argument("--dump", default=None, help="write each program's .ll and .ptx here")
     args = ap.parse_args()
+    from ptxc.gc_pause import fewer_collections
     head = ["model", "batch", "prec", *COLUMNS, "total", "kernels", "modules", "LLVM MB",
             "PTX MB"]
     print("| " + " | ".join(head) + " |")
@@ -156,7 +157,8 @@ def main():
     for p in args.precisions.split(","):
         for name in args.models.split(","):
             for b in args.batches.split(","):
-                t = measure(name, int(b), p, args.layout, args.ptxas, args.dump)
+                with fewer_collections():  # as ptxc.compile does
+                    t = measure(name, int(b), p, args.layout, args.ptxas, args.dump)
                 cells = [f"{t[c]:.2f}" if c in t else "-" for c in COLUMNS]
                 skip = {"ptxas", *STEPS} if "compile" in t else {"ptxas"}
                 total = sum(t.get(c, 0.0) for c in COLUMNS if c not in skip)

@@ -245,34 +245,36 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
                     engine.cuda_graph = cuda_graph
                 engine.max_memory = max_memory
                 return engine
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    log.info("importing %s", model if isinstance(model, (str, bytes)) and len(model) < 300
-             else type(model).__name__)
-    module = as_module(model, input_shapes, constant_inputs)
-    timings["import"] = time.perf_counter() - t0
-    from .rewrite.provenance import annotate_kernels, collect
-    prov: dict = {}  # loc -> the ONNX nodes an op there computes (fusions included)
-    run_stages(module, "loop", graph_passes=graph_passes, timings=timings, target=target,
-               check_numerics=check_numerics, layout=layout, precision=precision,
-               precision_overrides=precision_overrides,
-               on_stage=lambda stage, m: stage != "loop" and collect(m, prov))
-    annotate_kernels(module, prov)
-    from .driver.engine import Engine
-    log.info("%s ...", "PTX code generation" if target == "cuda" else "LLVM code generation and "
-             "JIT compilation")
-    if target == "cuda":
-        engine = Engine.for_cuda(module, timings=timings, arch=arch, cuda_graph=cuda_graph)
-    else:
-        engine = Engine.for_cpu(module, timings=timings, threads=threads)
-    engine.precision = precision
-    engine.layer_precisions = layer_precisions
-    engine.precision_overrides = dict(precision_overrides or {})
-    engine.max_memory = max_memory
-    log.info("compiled in %.2f s (%d kernels)", sum(engine.timings.values()),
-             len(engine.kernels.kernels) if engine.kernels is not None else 0)
-    if key is not None:
-        compile_cache.store(key, engine)
+    from .gc_pause import fewer_collections
+    with fewer_collections():  # the stages build large object graphs
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        log.info("importing %s", model if isinstance(model, (str, bytes)) and len(model) < 300
+                 else type(model).__name__)
+        module = as_module(model, input_shapes, constant_inputs)
+        timings["import"] = time.perf_counter() - t0
+        from .rewrite.provenance import annotate_kernels, collect
+        prov: dict = {}  # loc -> the ONNX nodes an op there computes (fusions included)
+        run_stages(module, "loop", graph_passes=graph_passes, timings=timings, target=target,
+                   check_numerics=check_numerics, layout=layout, precision=precision,
+                   precision_overrides=precision_overrides,
+                   on_stage=lambda stage, m: stage != "loop" and collect(m, prov))
+        annotate_kernels(module, prov)
+        from .driver.engine import Engine
+        log.info("%s ...", "PTX code generation" if target == "cuda"
+                 else "LLVM code generation and JIT compilation")
+        if target == "cuda":
+            engine = Engine.for_cuda(module, timings=timings, arch=arch, cuda_graph=cuda_graph)
+        else:
+            engine = Engine.for_cpu(module, timings=timings, threads=threads)
+        engine.precision = precision
+        engine.layer_precisions = layer_precisions
+        engine.precision_overrides = dict(precision_overrides or {})
+        engine.max_memory = max_memory
+        log.info("compiled in %.2f s (%d kernels)", sum(engine.timings.values()),
+                 len(engine.kernels.kernels) if engine.kernels is not None else 0)
+        if key is not None:
+            compile_cache.store(key, engine)
     return engine
 
 

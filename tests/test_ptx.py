@@ -585,7 +585,7 @@ def test_emission_declares_only_the_listed_libdevice_functions():
 def _kernel_texts(m):
     from ptxc.ptx.split import kernel_modules
     p = lower_loop_to_llvm(m, target="nvptx")
-    return kernel_modules(p.module, p.table.kernels)
+    return kernel_modules(p.module, p.table.kernels, p.twins)
 
 
 def test_trimmed_libdevice_links_to_the_same_ptx(monkeypatch):

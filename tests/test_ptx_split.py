@@ -61,7 +61,7 @@ def test_identical_launches_share_one_module_and_compute_right():
     # the mapped program (both launches) computes the convolutions, in the interpreter
     np.testing.assert_allclose(run_main(m, {"x": x})["y"], want, rtol=1e-4, atol=1e-4)
     llvm = lower_loop_to_llvm(m, target="nvptx")
-    texts = kernel_modules(llvm.module, llvm.table.kernels)
+    texts = kernel_modules(llvm.module, llvm.table.kernels, llvm.twins)
     keys = [key(t) for t in texts]
     assert len(set(keys)) < len(keys), "no two launches share a module"
     shared = [[k.name for k, kk in zip(llvm.table.kernels, keys) if kk == u]
@@ -86,7 +86,7 @@ def test_kernel_modules_are_standalone_and_name_free():
     import llvmlite.binding as llvm
     m = mapped(twin_convs())
     prog = lower_loop_to_llvm(m, target="nvptx")
-    for k, text in zip(prog.table.kernels, kernel_modules(prog.module, prog.table.kernels)):
+    for k, text in zip(prog.table.kernels, kernel_modules(prog.module, prog.table.kernels, prog.twins)):
         assert f'"{k.name}' not in text and "kernel_" not in text
         mod = llvm.parse_assembly(text)
         mod.verify()
@@ -132,3 +132,47 @@ def test_parallel_compile_gives_the_same_ptx(monkeypatch):
     monkeypatch.setattr(jobs, "run_pool", lambda *a: calls.append(a) or real(*a))
     parallel = lower_to_ptx(m, arch="sm_90", jobs=2).ptx
     assert calls and parallel == serial
+
+
+# ---- emission: twins emitted once (ptxc.lower.kernel_key) -------------------------------------
+
+def test_twin_kernels_print_as_if_each_was_emitted(monkeypatch):
+    """The module text with twins copied equals the text of emitting every kernel."""
+    from ptxc.lower import loop_to_llvm
+    m = mapped(twin_convs())
+    deduped = lower_loop_to_llvm(m, target="nvptx")
+    assert deduped.twins and all(int(t[7:]) > int(f[7:]) for t, f in deduped.twins.items())
+    monkeypatch.setattr(loop_to_llvm, "launch_key", lambda *a: object())
+    each = lower_loop_to_llvm(m, target="nvptx")
+    assert not each.twins and each.text == deduped.text and each.table == deduped.table
+
+
+def test_launch_key_tells_apart_what_the_code_depends_on():
+    from ptxc.lower.kernel_key import _freeze
+    assert _freeze(0.0) != _freeze(-0.0) and _freeze(1) != _freeze(True)
+    assert _freeze(1.5) == _freeze(1.5) and _freeze((1, 2)) == _freeze((1, 2))
+    assert _freeze(np.float32(1)) != _freeze(1.0)
+    assert _freeze(object()) != _freeze(object())  # unknown values never match
+    # launches over other shapes (a strided conv beside a plain one) are no twins
+    net = ptxc.Network("consts")
+    x = net.add_input("x", (1, 8, 12, 12))
+    a = net.add_activation(net.add_conv(x, W1, B1, padding=1), "relu")
+    b = net.add_activation(net.add_conv(x, W1, B1 + 1, padding=1, stride=2), "relu")
+    net.mark_output(a, "a")
+    net.mark_output(b, "b")
+    p = lower_loop_to_llvm(mapped(net), target="nvptx")
+    convs = [k.name for k in p.table.kernels if k.schedule not in (None, "pointwise")]
+    assert not any(t in convs and f in convs for t, f in p.twins.items())
+
+
+def test_fewer_collections_restores_the_thresholds():
+    import gc
+
+    from ptxc.gc_pause import COMPILE_THRESHOLDS, fewer_collections
+    before = gc.get_threshold()
+    with fewer_collections():
+        assert gc.get_threshold() == COMPILE_THRESHOLDS
+        with fewer_collections():
+            assert gc.get_threshold() == COMPILE_THRESHOLDS
+        assert gc.get_threshold() == COMPILE_THRESHOLDS
+    assert gc.get_threshold() == before

@@ -78,6 +78,7 @@ from ..ir.core import BlockArgument, Operation, Value
 from ..ir.types import BufferType
 from ..rewrite.provenance import nodes_of
 from . import llvm_tensorcore
+from .kernel_key import launch_key
 from .llvm_fold import FoldingBuilder
 from .llvm_scalar import I64, ScalarEmitter, align_of, memory_type, storable
 
@@ -225,6 +226,10 @@ class LLVMProgram:
     data_layout: str
     #: the llvmlite.ir module the text was printed from (per-kernel modules are cut from it)
     module: object = None
+    #: kernel name -> the earlier kernel whose code it is (nvptx: launches with the same
+    #: :func:`~ptxc.lower.kernel_key.launch_key`; in ``module`` a twin is only declared, in
+    #: ``text`` it is the earlier kernel's text renamed)
+    twins: dict = attrs.Factory(dict)
 
 
 def new_host_target_machine():
@@ -658,7 +663,7 @@ def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None
     elif triple is None:
         triple, host_layout = host_target()
         data_layout = data_layout or host_layout
-    m = ir.Module(name=f"ptxc.{func}")
+    m = _Module(name=f"ptxc.{func}")
     m.triple = triple
     if data_layout:
         m.data_layout = data_layout
@@ -686,6 +691,8 @@ def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None
         slots.append({"kind": "alloc", "name": ERROR_SLOT, "dtype": "int32", "shape": (1,),
                       "strides": (1,), "offset": 0, "span": 1, "first": -1, "last": -1})
     kernels: list[KernelInfo] = []
+    seen: dict = {}  # nvptx: launch key -> (name, KernelInfo) of its first kernel
+    twins: dict[str, str] = {}
     n_alloc = 0
     for op in body.ops:
         if op.name == "loop.alloc":
@@ -703,7 +710,8 @@ def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None
             global_slot[name] = (slot_of[op.results[0]], value)
             globals_[name] = value.array
         elif op.name in _KERNELS or op.name == "gpu.launch":
-            kernels.append(_emit_kernel(m, op, len(kernels), slot_of, slots, check_ids))
+            kernels.append(_emit_kernel(m, op, len(kernels), slot_of, slots, check_ids,
+                                        seen, twins))
     if checks:  # live over every kernel: no other buffer shares its memory
         slots[slot_of[_ERROR]].update(first=0, last=max(len(kernels) - 1, 0))
     if target == "nvptx":
@@ -712,14 +720,14 @@ def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None
                         tuple(n for n in names if n not in output_names(f)),
                         tuple(output_names(f)), tuple(o.attributes["check"] for o in checks),
                         tuple(f.attributes.get("loop.result_names", ())))
-    text = str(m)
+    text = _with_twins(m, twins)
     if verify:
         _verify_text(text)
-    return LLVMProgram(text, table, globals_, triple, data_layout or "", m)
+    return LLVMProgram(text, table, globals_, triple, data_layout or "", m, twins)
 
 
 def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
-                 slots: list, check_ids: dict) -> KernelInfo:
+                 slots: list, check_ids: dict, seen: dict, twins: dict) -> KernelInfo:
     roots: list[Value] = []
     for inner in op.walk():
         for v in inner.operands:
@@ -736,16 +744,28 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
         s["last"] = index
     if op.name == "gpu.launch":
         from ..dialects.gpu import shared_bytes
-        dynamic = shared_bytes(op) > STATIC_SHARED_LIMIT
-        k = _GpuKernel(m, f"kernel_{index}", roots, tops, dynamic=dynamic, check_ids=check_ids)
-        k.block(op.regions[0].blocks[0], [])
-        k.finish()
-        return KernelInfo(k.fn.name, tuple(slot_of[r] for r in roots), 1, False, _op_work(op),
+        name = f"kernel_{index}"
+        key = launch_key(op, roots, tops, check_ids, _root)
+        first = seen.get(key)
+        if first is not None:  # the same code as an earlier kernel: declared here only
+            twins[name] = first.name
+            fn = ir.Function(m, m.get_global(first.name).function_type, name)
+            fn.calling_convention = "ptx_kernel"
+            shared, dynamic_shared = first.shared_bytes, first.dynamic_shared
+        else:
+            dynamic = shared_bytes(op) > STATIC_SHARED_LIMIT
+            k = _GpuKernel(m, name, roots, tops, dynamic=dynamic, check_ids=check_ids)
+            k.block(op.regions[0].blocks[0], [])
+            k.finish()
+            shared, dynamic_shared = k.shared_bytes, k.shared_bytes if dynamic else 0
+        info = KernelInfo(name, tuple(slot_of[r] for r in roots), 1, False, _op_work(op),
                           op.loc, grid=tuple(op.attributes["grid"]),
-                          block=tuple(op.attributes["block"]), shared_bytes=k.shared_bytes,
+                          block=tuple(op.attributes["block"]), shared_bytes=shared,
                           schedule=op.attributes.get("schedule"),
-                          dynamic_shared=k.shared_bytes if dynamic else 0,
+                          dynamic_shared=dynamic_shared,
                           tile=op.attributes.get("tile"), nodes=nodes_of(op))
+        seen.setdefault(key, info)
+        return info
     k = _Kernel(m, f"kernel_{index}", roots, tops, check_ids)
     if op.name == "loop.parallel":
         lo, hi = op.attributes["lower"], op.attributes["upper"]
@@ -766,6 +786,37 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
     _state_footprint(k, [slots[slot_of[r]] for r in roots], trip)
     return KernelInfo(k.fn.name, tuple(slot_of[r] for r in roots), trip, parallel,
                       _op_work(op), op.loc, nodes=nodes_of(op))
+
+
+class _Module(ir.Module):
+    """An ``ir.Module`` that prints each twin kernel (declared only) as its first kernel's
+    definition and ``gpu.shared`` globals, renamed: the text the emission of the twin would
+    have printed (value names are numbered per function)."""
+
+    twins: dict = {}
+
+    def _get_body_lines(self):
+        if not self.twins:
+            return super()._get_body_lines()
+        own: dict = {}
+        for g in self.global_values:
+            if isinstance(g, ir.GlobalVariable):
+                own.setdefault(g.name.split(".")[0], []).append(str(g))
+        lines = []
+        for v in self.globals.values():
+            first = self.twins.get(v.name)
+            if first is None:
+                lines.append(str(v))
+                continue
+            body = "\n".join([str(self.get_global(first))] + own.get(first, []))
+            lines.append(body.replace(f'"{first}"', f'"{v.name}"')
+                         .replace(f'"{first}.', f'"{v.name}.'))
+        return lines
+
+
+def _with_twins(m: "_Module", twins: dict) -> str:
+    m.twins = twins
+    return str(m)
 
 
 def _state_footprint(k: "_Kernel", slots: list, trip: int) -> None:

@@ -114,9 +114,15 @@ def lower_to_ptx(loop_module: Operation, func: str = "main", arch: str | None = 
     """PTX of ``func`` of a mapped loop module (every kernel a ``gpu.launch``); see the module
     docstring. A top-level nest that is not mapped is a CompileError (run ``map-to-gpu``);
     missing libdevice is a CompileError saying where it was looked for."""
+    from ..gc_pause import fewer_collections
     arch = check_arch(arch or default_arch())
     if not 0 <= opt_level <= 3:
         raise CompileError(f"ptx: opt_level must be 0..3, is {opt_level}")
+    with fewer_collections():
+        return _lower_to_ptx(loop_module, func, arch, opt_level, timings, jobs)
+
+
+def _lower_to_ptx(loop_module, func, arch, opt_level, timings, jobs) -> PtxProgram:
     clock = _Clock(timings)
     prog = lower_loop_to_llvm(loop_module, func, target="nvptx", verify=False)
     clock("emit")
@@ -125,7 +131,7 @@ def lower_to_ptx(loop_module: Operation, func: str = "main", arch: str | None = 
         mod = optimize_nvptx(prog.text, arch, opt_level, [], timings)
         ptx = target_machine(arch).emit_assembly(mod)
     else:
-        texts = kernel_modules(prog.module, kernels)
+        texts = kernel_modules(prog.module, kernels, prog.twins)
         keys = [module_key(t) for t in texts]
         unique = {k: t for k, t in zip(keys, texts)}  # first text of each key, in order
         clock("split")

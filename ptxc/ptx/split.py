@@ -38,14 +38,16 @@ _HEADER_END = re.compile(r"^\.address_size \d+\n", re.M)
 _EXTERN = re.compile(r"^\.extern [^\n]*;\n", re.M)
 
 
-def kernel_modules(m: ir.Module, kernels: list) -> list[str]:
+def kernel_modules(m: ir.Module, kernels: list, twins: dict | None = None) -> list[str]:
     """The text of one standalone module per kernel of the emitted NVPTX module ``m``
     (``kernels``: the KernelInfo list, in order), each kernel named :data:`PLACEHOLDER`:
     the triple and data layout, every declaration, the kernel's globals (its ``gpu.shared``
     arrays, the dynamic shared array if it uses it), the function, the unnamed metadata it
-    may reference, and its ``nvvm.annotations`` and the module flags."""
+    may reference, and its ``nvvm.annotations`` and the module flags. A twin (``twins``:
+    name -> the earlier kernel with its code) gets the earlier kernel's module."""
     head = [f'target triple = "{m.triple}"', f'target datalayout = "{m.data_layout}"', ""]
-    decls = [str(f) for f in m.functions if f.is_declaration]
+    twins = twins or {}
+    decls = [str(f) for f in m.functions if f.is_declaration and f.name not in twins]
     globals_ = {g.name: g for g in m.global_values if isinstance(g, ir.GlobalVariable)}
     generic = [md for md in m.metadata if '@"' not in str(md)]  # branch weights, flags
     flags = [md for md in generic if "nvvm-reflect-ftz" in str(md)]
@@ -54,7 +56,12 @@ def kernel_modules(m: ir.Module, kernels: list) -> list[str]:
         for md in m.namedmetadata["nvvm.annotations"].operands:
             annot.setdefault(md.operands[0].name, []).append(md)
     out = []
+    done: dict = {}
     for k in kernels:
+        first = twins.get(k.name)
+        if first is not None:
+            out.append(done[first])
+            continue
         fn = m.get_global(k.name)
         body = str(fn)
         own = [str(g) for n, g in globals_.items()
@@ -70,6 +77,7 @@ def kernel_modules(m: ir.Module, kernels: list) -> list[str]:
             meta.append(f"!llvm.module.flags = !{{{', '.join('!' + f.name for f in flags)}}}")
         text = "\n".join(head + decls + own + [body] + meta) + "\n"
         out.append(_rename(text, k.name, PLACEHOLDER))
+        done[k.name] = out[-1]
     return out
 
 
