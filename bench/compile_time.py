@@ -26,7 +26,8 @@ ptxas      ``ptxas -arch=sm_90`` of the PTX (with ``--ptxas``; the runtime does 
 =========  ==================================================================================
 
 ``total`` is the wall time: every column but the per-module steps and ptxas. Also printed:
-the kernel count, the distinct kernel modules compiled, the LLVM text size and the PTX size.
+the kernel count, the distinct kernel modules compiled, the seconds of the slowest module
+(the floor of ``compile`` however many cores), the LLVM text size and the PTX size.
 Where ``compile`` is missing (an older ptxc: one module), parse..codegen are wall seconds.
 ``PTXC_COMPILE_JOBS`` sets the processes (default: the cores this process may use).
 """
@@ -149,9 +150,12 @@ def main():
     ap.add_argument("--ptxas", action="store_true")
     ap.add_argument("--dump", default=None, help="write each program's .ll and .ptx here")
     args = ap.parse_args()
-    from ptxc.gc_pause import fewer_collections
-    head = ["model", "batch", "prec", *COLUMNS, "total", "kernels", "modules", "LLVM MB",
-            "PTX MB"]
+    try:
+        from ptxc.gc_pause import fewer_collections
+    except ImportError:  # an older ptxc
+        from contextlib import nullcontext as fewer_collections
+    head = ["model", "batch", "prec", *COLUMNS, "total", "kernels", "modules", "slowest",
+            "LLVM MB", "PTX MB"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for p in args.precisions.split(","):
@@ -162,8 +166,9 @@ def main():
                 cells = [f"{t[c]:.2f}" if c in t else "-" for c in COLUMNS]
                 skip = {"ptxas", *STEPS} if "compile" in t else {"ptxas"}
                 total = sum(t.get(c, 0.0) for c in COLUMNS if c not in skip)
+                slowest = f"{t['slowest']:.1f}" if "slowest" in t else "-"
                 print(f"| {name} | {b} | {p} | " + " | ".join(cells)
-                      + f" | {total:.1f} | {t['kernels']} | {t.get('modules', '-')} "
+                      + f" | {total:.1f} | {t['kernels']} | {t.get('modules', '-')} | {slowest} "
                       f"| {t['llvm_mb']:.1f} | {t['ptx_mb']:.1f} |", flush=True)
 
 

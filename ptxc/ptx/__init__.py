@@ -5,10 +5,13 @@ linked → NVPTX O3 → PTX text.
     report = assemble(prog.ptx, prog.arch)      # ptxas -v: registers/spills per kernel
 
 * :func:`lower_to_ptx` emits the kernels with
-  :func:`~ptxc.lower.loop_to_llvm.lower_loop_to_llvm` (``target="nvptx"``), links libdevice when
-  a kernel calls it (:mod:`.libdevice`), makes everything but the kernels internal, runs LLVM's
-  O3 pipeline built for the NVPTX target machine (which adds NVVMReflect, so libdevice's
-  ``__nvvm_reflect`` branches fold away), drops what is unused and prints PTX.
+  :func:`~ptxc.lower.loop_to_llvm.lower_loop_to_llvm` (``target="nvptx"``), cuts one module
+  per distinct kernel (:mod:`.split`) and, for each (:mod:`.jobs`: in a pool of processes for
+  large programs), links libdevice when the kernel calls it (:mod:`.libdevice`), makes
+  everything but the kernel internal, runs LLVM's O3 pipeline built for the NVPTX target
+  machine (which adds NVVMReflect, so libdevice's ``__nvvm_reflect`` branches fold away), drops
+  what is unused and prints PTX; the PTX texts are joined into one (one header, one entry per
+  launch). ``timings`` gains the seconds of each step.
 * :func:`default_arch`, :func:`~.target.target_machine`: the arch (``PTXC_CUDA_ARCH``, the
   current GPU, else ``sm_90``) and its target machine.
 * :func:`ptxas_path`, :func:`assemble`: the PTX assembler, to check PTX and read resources on a
@@ -139,6 +142,7 @@ def _lower_to_ptx(loop_module, func, arch, opt_level, timings, jobs) -> PtxProgr
         clock("compile")
         if timings is not None:
             timings["modules"] = len(unique)
+            timings["slowest"] = max(sum(t.values()) for _, t in results)
             for _, t in results:  # seconds summed over modules (CPU seconds when parallel)
                 for step, sec in t.items():
                     timings[step] = timings.get(step, 0.0) + sec
