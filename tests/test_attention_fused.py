@@ -140,12 +140,38 @@ def test_scores_read_elsewhere_are_explained():
 
 @pytest.mark.slow
 def test_bert_block_under_fp16():
-    """precision="fp16": the projections run f16, graph.attention keeps the fp32 policy (its
-    operands read as f32, softmax f32); the result stays near onnxruntime's f32 one."""
+    """precision="fp16": the attention is taken apart for the precision pass, so its two matmuls
+    are contractions with f16 factors (tensor cores on cuda) and f32 accumulators, the softmax
+    f32; the result stays near onnxruntime's f32 one."""
     model, feeds = bert_attention()
     text = ptxc.explore(model, stage="graph", precision="fp16")
-    line = [ln for ln in text.splitlines() if '"graph.attention"' in ln]
-    assert len(line) == 1 and "f16" not in line[0].split(":", 1)[1]
+    assert '"graph.attention"' not in text
+    # the QK and PV matmuls (they carry the fused attention's node names): f16 x f16
+    attn = [ln for ln in text.splitlines() if ln.lstrip().startswith("})") and
+            '"softmax"' in ln and "-> tensor<" in ln]
+    assert len(attn) == 2, attn
+    for ln in attn:
+        operands = ln.split(":", 1)[1].split("->")[0]
+        assert operands.count("xf16>") == 2, ln
+    soft = [ln for ln in text.splitlines() if '"graph.softmax"' in ln]
+    assert len(soft) == 1 and "xf16" not in soft[0], soft
     want = onnxruntime_run(model, feeds)["y"]
     got = ptxc.compile(model, target="cpu", precision="fp16").run(feeds)["y"]
     np.testing.assert_allclose(got, want, rtol=0, atol=0.02 * np.abs(want).max())
+
+
+def test_attention_matmuls_get_tensor_cores_under_fp16_on_cuda():
+    """The fused attention's QK and PV products are mapped to the mma schedule under fp16 on
+    cuda (kept whole in f32 they went to the f32 tiled schedule)."""
+    import collections
+
+    from ptxc.compiler import as_module, run_stages
+    from ptxc.rewrite.provenance import nodes_of
+    model, _ = bert_attention(b=1, s=32, heads=2, d=16)
+    m = as_module(model)
+    run_stages(m, "loop", target="cuda", precision="fp16")
+    launches = [op for op in m.walk() if op.name == "gpu.launch"]
+    schedules = collections.Counter(op.attributes["schedule"] for op in launches)
+    # q, k, v and output projections, QK and PV; no contraction left to the f32 tiled schedule
+    assert schedules["mma"] == 6 and "tiled" not in schedules, \
+        [(nodes_of(op), op.attributes["schedule"]) for op in launches]

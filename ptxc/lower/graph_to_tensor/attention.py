@@ -20,7 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from ...dialects.graph.attention import compute_type
+from ...ir.attributes import DenseElements
 from ...ir.builder import Builder
+from ...ir.core import Value
 from ...ir.types import F32, F64
 from .common import LOWERINGS, constant, lowers
 
@@ -39,8 +41,48 @@ def _as(b, v, el):
     return v if v.type.element == el else _step(b, "graph.cast", [v], {"to": el})
 
 
+def _graph_step(b: Builder, name: str, operands, attributes=None):
+    """Build graph op ``name`` at ``b`` and keep it (the graph-level expansion)."""
+    return b.create(name, list(operands), attributes).result
+
+
+def _graph_constant(b: Builder, array: np.ndarray) -> Value:
+    return b.create("graph.constant", [], {"value": DenseElements(array)}).result
+
+
+def expand_in_graph(op) -> None:
+    """Replace ``graph.attention`` ``op`` by its composition of graph ops (each carrying the
+    op's loc and fused node names), for the passes that treat each step by its own rule: the
+    precision pass gives the two matmuls f16 (or tf32) factors with f32 accumulators and keeps
+    the softmax f32, which the fused op, computed in f32 as a whole, would forgo. Example::
+
+        %y = "graph.attention"(%q, %kt, %v) {scale = 0.125} loc("pv")
+      becomes
+        %s = "graph.matmul"(%q, %kt) loc("pv")   %m = "graph.mul"(%s, %c) loc("pv")
+        %p = "graph.softmax"(%m) {axis = 3} loc("pv")   %y = "graph.matmul"(%p, %v) loc("pv")
+    """
+    from ...rewrite.passes.fuse_epilogues import FUSED_ATTR
+    before = {id(o) for o in op.block.ops}
+    (y,) = _compose(op, Builder.before_op(op), _graph_step, _graph_constant)
+    nodes = tuple(op.attributes.get(FUSED_ATTR, ()))
+    for new in op.block.ops:
+        if id(new) not in before:
+            new.loc = op.loc
+            if nodes:
+                new.attributes[FUSED_ATTR] = nodes
+    op.results[0].replace_all_uses_with(y)
+    op.erase()
+
+
 @lowers("graph.attention")
 def _attention(op, b):
+    return _compose(op, b, _step, constant)
+
+
+def _compose(op, b, step, constant):
+    """The composition of ``op`` at ``b``: ``step`` builds (and lowers, or keeps) each graph
+    op, ``constant`` makes a constant of the stage's dialect."""
+    _step = step
     q, kt, v = op.operands[:3]
     mask = op.operands[3] if len(op.operands) > 3 else None
     ct = F64 if compute_type(*(x.type for x in op.operands[:3])) == np.float64 else F32

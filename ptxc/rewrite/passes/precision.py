@@ -393,8 +393,15 @@ class LowerPrecision(Pass):
             raise CompileError(f"lower-precision has no policy table for {self.precision!r} "
                                f"(it has {', '.join(POLICIES)}); int8 is compiled by "
                                "ptxc.compile's quantize_int8 path")
+        # a fused attention is computed in f32 as a whole; its steps have rules of their own
+        # here (f16/tf32 factors with f32 accumulators, an f32 softmax): take it apart first
+        from ...lower.graph_to_tensor.attention import expand_in_graph
+        attentions = [op for op in module.walk() if op.name == "graph.attention"] \
+            if self.precision != "fp32" else []
+        for op in attentions:
+            expand_in_graph(op)
         changed = _Rewrite(get_func(module), self.precision,
-                           {n: "fp32" for n in self.overrides}).run()
+                           {n: "fp32" for n in self.overrides}).run() or bool(attentions)
         if changed and self.precision in LOW_TYPE:
             from ..pass_manager import PassManager
             PassManager("fuse-elementwise,eliminate-concat,cse,dce", verify_each=False
