@@ -30,6 +30,7 @@ the kernel count, the distinct kernel modules compiled, the seconds of the slowe
 (the floor of ``compile`` however many cores), the LLVM text size and the PTX size.
 Where ``compile`` is missing (an older ptxc: one module), parse..codegen are wall seconds.
 ``PTXC_COMPILE_JOBS`` sets the processes (default: the cores this process may use).
+``--cpu``: CPU seconds, all in this process (comparable across commits on a shared machine).
 """
 
 from __future__ import annotations
@@ -149,7 +150,13 @@ def main():
     ap.add_argument("--layout", default="nhwc")
     ap.add_argument("--ptxas", action="store_true")
     ap.add_argument("--dump", default=None, help="write each program's .ll and .ptx here")
+    ap.add_argument("--cpu", action="store_true",
+                    help="CPU seconds of this process instead of wall seconds, every module "
+                         "compiled in it (PTXC_COMPILE_JOBS=1): the work, on a loaded machine")
     args = ap.parse_args()
+    if args.cpu:
+        os.environ["PTXC_COMPILE_JOBS"] = "1"
+        time.perf_counter = time.process_time  # every stage clock of ptxc reads it
     try:
         from ptxc.gc_pause import fewer_collections
     except ImportError:  # an older ptxc
