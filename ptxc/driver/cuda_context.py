@@ -163,10 +163,11 @@ class CudaContext:
         with self._lock:
             st = self._ready()
             from numba.cuda.cudadrv import driver as drv
-            try:
+            try:  # as bytes: numba's buffer protocol refuses ml_dtypes' bfloat16 ('E')
                 for n, x in staged.items():
                     if x.nbytes:
-                        drv.host_to_device(st.bindings[n], x, x.nbytes, stream=st.nstream)
+                        drv.host_to_device(st.bindings[n], x.view(np.uint8), x.nbytes,
+                                           stream=st.nstream)
             except Exception as e:  # noqa: BLE001
                 raise DeviceError(f"cuda engine: copying the inputs to the device failed "
                                   f"({_describe(e)})") from None
@@ -177,7 +178,8 @@ class CudaContext:
                     s = p._arg_slots[n]
                     bases[n] = np.empty(max(s.span, 1), np.dtype(s.dtype))
                     if s.nbytes:
-                        drv.device_to_host(bases[n], st.bindings[n], s.nbytes, stream=st.nstream)
+                        drv.device_to_host(bases[n].view(np.uint8), st.bindings[n], s.nbytes,
+                                           stream=st.nstream)
             except Exception as e:  # noqa: BLE001
                 raise DeviceError(f"cuda engine: the inference or the copy of its outputs "
                                   f"failed ({_describe(e)}); set PTXC_CUDA_SYNC=1 to find the "

@@ -148,6 +148,9 @@ class DeviceInterop:
         cuda = st.cuda
         s = self._arg_slots[n]
         try:
+            if isinstance(x, np.ndarray):  # numpy exports __dlpack__ too: name the mistake
+                raise BindingError(f"run_device: {what} {n!r} is a numpy array in host memory, "
+                                   "not a device array; run() takes host arrays")
             if hasattr(x, "__cuda_array_interface__"):
                 v = cuda.as_cuda_array(x)  # synchronizes the stream it names, if any
             elif hasattr(x, "__dlpack__"):
