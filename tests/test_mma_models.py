@@ -90,10 +90,9 @@ def test_fp16_engine_on_gpu_matches_onnxruntime():
 @pytest.mark.parametrize("name", ["resnet50", "squeezenet"])
 def test_fp16_light_model_on_gpu_matches_onnxruntime(name):
     import light_models as lm
-    model = lm.load(name)
-    x = lm.dummy_inputs(model)
+    model, x, ref = lm.fp16_friendly(name)  # the shipped weights overflow fp16 (6.8e9 logits)
     e = ptxc.compile(model, target="cuda", precision="fp16", layout="nhwc")
     assert "mma" in [k.schedule for k in _table(e).kernels]
     got = list(e.run(x).values())[0]
-    want = _ort(model, x)
+    want = list(ref.values())[0]
     assert np.abs(got - want).max() <= 2e-2 * np.abs(want).max()

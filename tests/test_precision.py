@@ -307,17 +307,6 @@ def standalone_casts(m):
 _LIGHT: dict = {}
 
 
-def fp16_friendly(name):
-    """(model, inputs, onnxruntime outputs): random weights, gain 1 or 0.7 (see light_fp16)."""
-    for gain in (1.0, 0.7):
-        model = lm.with_random_weights(lm.load(name), seed=1, gain=gain)
-        inputs = lm.random_inputs(model, seed=2)
-        ref = lm.onnxruntime_outputs(model, inputs)
-        if max(float(np.abs(v).max()) for v in ref.values()) < 1e3:
-            break
-    return model, inputs, ref
-
-
 def light_fp16(name):
     """(loop module, inputs, onnxruntime logits) of a light model with random weights. Where
     He-normal weights make the fp32 logits leave fp16's range (ResNet-50 reaches 3e5,
@@ -325,7 +314,7 @@ def light_fp16(name):
     weights are drawn with gain 0.7 instead: fp16 cannot hold those values in TensorRT either,
     and that is what precision_overrides are for, not this test."""
     if name not in _LIGHT:
-        model, inputs, ref = fp16_friendly(name)
+        model, inputs, ref = lm.fp16_friendly(name)
         m = as_module(model)
         run_stages(m, "loop", precision="fp16")
         _LIGHT[name] = (m, inputs, ref)
@@ -379,7 +368,7 @@ def test_light_model_ptx_in_reduced_precision_assembles(name, precision):
 def test_light_model_fp16_on_cuda_matches_onnxruntime_fp32(name):
     """On the GPU: the same fp16 models within 2e-2 of onnxruntime fp32 (run by the lead on the
     H200; skipped without a GPU)."""
-    model, inputs, ref = fp16_friendly(name)
+    model, inputs, ref = lm.fp16_friendly(name)
     eng = ptxc.compile(model, target="cuda", precision="fp16")
     got = eng.run(inputs)
     for k, r in ref.items():
