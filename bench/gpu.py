@@ -343,9 +343,9 @@ def bench_one(name: str, batch: int, deadline: float, repeat: int, tmp: str,
     return row  # the engine, the model and their device memory go with this frame
 
 
-def profile_row(row: dict, engine, in_name: str, x) -> None:
+def profile_row(row: dict, engine, in_name: str, x, top: int = 25) -> None:
     """ptxc's per-kernel profile of one run (ptxc.tools.profile): kernels by schedule, the time
-    in each schedule, and the top rows, into the row and printed."""
+    in each schedule, and the ``top`` rows, into the row and printed."""
     from ptxc.tools.profile import profile_engine
     prof = profile_engine(engine, {in_name: np.ascontiguousarray(x.detach().float().cpu().numpy())})
     by: dict = {}
@@ -355,8 +355,8 @@ def profile_row(row: dict, engine, in_name: str, x) -> None:
     row["profile"] = {"kernels": len(prof.rows), "kernel_total_ms": prof.kernel_total * 1e3,
                       "span_ms": prof.measured * 1e3,
                       "by_schedule": {k: {"kernels": n, "ms": t * 1e3} for k, (n, t) in by.items()},
-                      "top": prof.to_json()["kernels"][:25]}
-    print(prof.format(top=25), flush=True)
+                      "top": prof.to_json()["kernels"][:top]}
+    print(prof.format(top=top), flush=True)
 
 
 # ---- output -----------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ rows of NHWC activations and KRSC filters). int8: calibrated on one batch of ran
 seconds, kernels by schedule (how many ran on tensor cores, with which mma tiles), median
 latency of ``run_device`` (CUDA graph), images/s, and the logits against torch eager fp32
 (cosine, top-1 agreement over the batch). Prints the ratio int8 / fp16 images per second
-(the issue's bar: 1.5x) and writes resnet50_int8_gpu.json under $OUT.
+(the issue's bar: 1.5x) and writes resnet50_int8_gpu.json under $OUT. ``--profile`` adds every
+kernel's device time of each precision (a separate run after the timed ones).
 
     OUT=bench_out PYTHONPATH=. python3 bench/resnet50_int8.py --gpu --batch 32
 """
@@ -102,6 +103,8 @@ def gpu_main(args) -> int:
                                     args.repeat, 10.0)
             row["ms"], row["timed_calls"] = sec * 1e3, n
             row["images_per_s"] = args.batch / sec
+            if args.profile:  # every kernel's device time, apart from the timed runs
+                bench_gpu.profile_row(row, engine, "x", x, top=200)
             del engine
         except Exception as e:  # noqa: BLE001  (recorded; the other precision still runs)
             row["error"] = f"{type(e).__name__}: {e}"[:2000]
@@ -130,6 +133,8 @@ def main(argv=None):
     ap.add_argument("--layout", default="nhwc")
     ap.add_argument("--precisions", default="fp16,int8")
     ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--profile", action="store_true",
+                    help="with --gpu: each kernel's device time (ptxc.tools.profile) per precision")
     args = ap.parse_args(argv)
     if args.gpu:
         return gpu_main(args)

@@ -1,6 +1,6 @@
 """Issue 11's model families, one small model each built with onnx.helper with the family's
 characteristic ops, compiled on cpu and matched against onnxruntime (the interpreter too), and
-compiled for cuda with the PTX assembled by ptxas (the GPU run is the gpu suite's):
+compiled for cuda with the PTX assembled by ptxas, and run on the GPU (``gpu`` marker, the H200):
 
 * a decoder block: rotary embeddings from Range, Sin/Cos, position ids from CumSum, a causal
   mask from Trilu and Where, attention as MatMul-Softmax-MatMul;
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from new_ops import check_model, graph_model
+import ptxc
+from new_ops import check_model, close, graph_model, onnxruntime_run
 
-pytestmark = pytest.mark.slow
 RNG = np.random.default_rng(7)
 
 
@@ -32,7 +32,7 @@ def n(op, ins, outs, **kw):
     return helper.make_node(op, ins, outs, **kw)
 
 
-def test_decoder_block_rotary_causal():
+def decoder_block_rotary_causal():
     S, D = 6, 8
     x = RNG.standard_normal((1, S, D)).astype(np.float32)
     mask_in = np.ones((1, S), np.int64)
@@ -70,11 +70,11 @@ def test_decoder_block_rotary_causal():
              numpy_helper.from_array(np.array(1 / np.sqrt(D), np.float32), "scale"),
              numpy_helper.from_array(np.array(-np.inf, np.float32), "ninf")]
     feeds = {"x": x, "mask": mask_in}
-    check_model(graph_model(nodes, feeds, ["y"], opset=17, inits=inits), feeds, rtol=1e-4,
-                atol=1e-5)
+    return graph_model(nodes, feeds, ["y"], opset=17, inits=inits), feeds, dict(rtol=1e-4,
+                                                                                 atol=1e-5)
 
 
-def test_unet_resblock_groupnorm_timestep():
+def unet_resblock_groupnorm_timestep():
     C, H, W, T = 8, 6, 6, 4
     x = RNG.standard_normal((1, C, H, W)).astype(np.float32)
     t = np.array([[37.0]], np.float32)
@@ -100,10 +100,10 @@ def test_unet_resblock_groupnorm_timestep():
     feeds = {"x": x, "t": t}
     m = graph_model(nodes, feeds, ["y"], opset=21, inits=inits,
                     out_types={v: (TensorProto.FLOAT, [1, C, H, W]) for v in ("y", "gn1", "gn2")})
-    check_model(m, feeds, rtol=1e-4, atol=1e-4)
+    return m, feeds, dict(rtol=1e-4, atol=1e-4)
 
 
-def test_detector_head_topk():
+def detector_head_topk():
     C, A, K = 4, 1, 5  # one anchor per location: scores and boxes share the index
     x = RNG.standard_normal((1, C, 4, 4)).astype(np.float32)
     nodes = [
@@ -121,11 +121,11 @@ def test_detector_head_topk():
              c("flat", [1, -1]), c("box_shape", [1, 4, -1]), c("k", [K]), c("ax2", [2]),
              c("idx_shape", [1, K, 4])]
     feeds = {"x": x}
-    check_model(graph_model(nodes, feeds, ["top_scores", "top_idx", "top_boxes"], opset=17,
-                            inits=inits), feeds, rtol=1e-5, atol=1e-6)
+    return graph_model(nodes, feeds, ["top_scores", "top_idx", "top_boxes"], opset=17,
+                       inits=inits), feeds, dict(rtol=1e-5, atol=1e-6)
 
 
-def test_swin_window_shift_mod_scatternd():
+def swin_window_shift_mod_scatternd():
     L, D, shift = 8, 3, 3
     x = RNG.standard_normal((L, D)).astype(np.float32)
     nodes = [
@@ -139,5 +139,28 @@ def test_swin_window_shift_mod_scatternd():
              numpy_helper.from_array(np.zeros((L, D), np.float32), "zeros"),
              numpy_helper.from_array(np.array(2.0, np.float32), "two")]
     feeds = {"x": x}
-    want = check_model(graph_model(nodes, feeds, ["y"], opset=17, inits=inits), feeds)
-    np.testing.assert_allclose(want["y"], 2 * np.roll(x, shift, axis=0), rtol=1e-6)
+    np.testing.assert_allclose(onnxruntime_run(m := graph_model(nodes, feeds, ["y"], opset=17,
+                                                                 inits=inits), feeds)["y"],
+                               2 * np.roll(x, shift, axis=0), rtol=1e-6)  # the reference itself
+    return m, feeds, dict(rtol=1e-5, atol=1e-6)
+
+
+FAMILIES = {"decoder": decoder_block_rotary_causal, "unet": unet_resblock_groupnorm_timestep,
+            "detector": detector_head_topk, "swin": swin_window_shift_mod_scatternd}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FAMILIES)
+def test_family_model_on_cpu_matches_onnxruntime(name):
+    """Interpreter and cpu engine against onnxruntime; the cuda compile assembles."""
+    model, feeds, tol = FAMILIES[name]()
+    check_model(model, feeds, **tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", FAMILIES)
+def test_family_model_on_cuda_matches_onnxruntime(name):
+    model, feeds, tol = FAMILIES[name]()
+    got = ptxc.compile(model, target="cuda").run(feeds)
+    for out, want in onnxruntime_run(model, feeds).items():
+        close(got[out], want, what=f"cuda {out}", **tol)
