@@ -31,7 +31,8 @@ def fc_model(M=256, K=512, N=384, seed=0):
                                                                       [M, K])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [M, 64])],
                           inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    # IR version 8 (opset 17's): onnx 1.23 writes 14 by default, which onnxruntime 1.30 refuses
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 def _table(engine):

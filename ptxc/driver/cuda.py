@@ -18,7 +18,10 @@ frees what the earlier ones took:
    and one kernel per table entry (``module.get_function(name).kernel``, a ``cuda.core`` Kernel);
 3. a ``cuda.core`` stream (``Device.create_stream``), blocking (``nonblocking=False``), so work
    a caller queued on the legacy default stream (numba's ``stream=0``) is ordered before ours
-   without an explicit wait; numba wraps the same handle (``cuda.external_stream``) for copies;
+   without an explicit wait; numba wraps the same handle (``cuda.external_stream``) for copies.
+   CUDA graphs are captured on a second, non-blocking stream and launched on the first: a
+   capture on a blocking stream fails as soon as another thread touches the legacy stream
+   (``CUDA_ERROR_STREAM_CAPTURE_IMPLICIT``);
 4. device memory, three kinds, each one ``cuMemAlloc`` (numba ``device_array``): the **arena**
    of the memory plan (``plan.arena_bytes``; every ``loop.alloc`` slot is the base pointer plus
    its planned offset), the **weights** (every ``loop.global`` packed at 256-byte aligned offsets
@@ -251,6 +254,10 @@ class CudaProgram(DeviceInterop):
             cdev = cc.Device(sh.dev_id)
             cdev.set_current()
             st.stream = cdev.create_stream(options=cc.StreamOptions(nonblocking=False))
+            # graphs are captured on a stream of their own, non-blocking: a capture on the
+            # blocking stream is invalidated by any legacy-default-stream call of another
+            # thread (numba's cuda.to_device: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT on the H200)
+            st.capture_stream = cdev.create_stream(options=cc.StreamOptions(nonblocking=True))
             st.nstream = cuda.external_stream(int(st.stream.handle))
         except Exception as e:  # noqa: BLE001
             raise DeviceError(f"cuda engine: creating the stream failed on {sh.device_arch} "

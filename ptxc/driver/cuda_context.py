@@ -95,7 +95,7 @@ class CudaContext:
         sh = st.shared
         gb = graph = None
         try:
-            gb = st.stream.create_graph_builder()
+            gb = st.capture_stream.create_graph_builder()  # see CudaProgram: non-blocking
             gb.begin_building()
             for k, kern, cfg, a in zip(p.table.kernels, sh.kernels, st.configs, args):
                 _launch_one(sh.cc, gb, k, kern, cfg, a, "capturing")

@@ -102,7 +102,8 @@ class _ContextState:
         self.shared = shared
         self.configs = []         # one cuda.core LaunchConfig per table entry
         self.args = []            # one tuple of pointer ints per table entry
-        self.stream = None        # cuda.core Stream
+        self.stream = None        # cuda.core Stream (blocking: ordered after the legacy stream)
+        self.capture_stream = None  # cuda.core Stream (non-blocking) that graphs are captured on
         self.nstream = None       # numba Stream over the same handle
         self.arena = None         # numba DeviceNDArray (uint8)
         self.bindings = {}        # name -> numba DeviceNDArray (uint8), context-owned
@@ -121,12 +122,13 @@ class _ContextState:
         self.released = True
         self.shared.live_states -= 1
         self.graphs.close()
-        try:
-            if self.stream is not None:
-                self.stream.close()
-        except Exception:  # noqa: BLE001  (teardown of a possibly broken context)
-            pass
-        self.stream = self.nstream = None
+        for stream in (self.stream, self.capture_stream):
+            try:
+                if stream is not None:
+                    stream.close()
+            except Exception:  # noqa: BLE001  (teardown of a possibly broken context)
+                pass
+        self.stream = self.nstream = self.capture_stream = None
         self.configs, self.args, self.ptrs, self.last = [], [], [], (None, None)
         self.arena = self.flag = None
         self.bindings = {}
