@@ -13,6 +13,27 @@ from ptxc.ptx import assemble, ptxas_path
 from one_node import NP_TO_ONNX
 
 
+#: the stages a property test of a new op's lowering runs, interpreting before and after each
+LOWERING = ("lower-graph-to-tensor,generalize-named-ops,fuse-tensor-elementwise,"
+            "lower-tensor-to-loop")
+
+
+def check_lowering(model, feeds, equal_nan=False):
+    """The interpreter's outputs of ``model`` before lowering equal the cpu-compiled loop
+    module's after it (``check_numerics``: the interpreter also runs after every pass)."""
+    from ptxc.driver.cpu import CpuProgram
+    from ptxc.ir import interpret
+    from ptxc.rewrite import PassManager
+    import ptxc.lower.tensor_to_loop  # noqa: F401  (registers the pass)
+    module = ptxc.import_onnx(model)
+    want = interpret(module, feeds)
+    PassManager(LOWERING, check_numerics=True).run(module)
+    got = CpuProgram.from_module(module, threads=1, min_parallel_work=0)(feeds)
+    for k, w in want.items():
+        np.testing.assert_allclose(got[k], w, rtol=1e-5, atol=1e-5, equal_nan=equal_nan,
+                                   err_msg=k)
+
+
 def graph_model(nodes, inputs, outputs, opset=21, inits=(), out_types=None):
     """``inputs``: name -> array; ``outputs``: names; shapes inferred (``out_types``: name ->
     (onnx elem type, shape) of outputs or intermediates where onnx's shape inference cannot

@@ -37,8 +37,13 @@ def small_cnn(seed: int = 0, classes: int = 10) -> onnx.ModelProto:
         n("Flatten", ["p"], ["f"], name="flatten"),
         n("Gemm", ["f", "wf", "bf"], ["logits"], name="fc", transB=1),
     ]
-    g = helper.make_graph(nodes, "small_cnn",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+    return _image_classifier("small_cnn", nodes, inits, [1, 3, 16, 16], classes)
+
+
+def _image_classifier(name, nodes, inits, x_shape, classes) -> onnx.ModelProto:
+    """An opset-13 model (IR 8) from float input ``x`` of ``x_shape`` to ``logits`` [1, classes]."""
+    g = helper.make_graph(nodes, name,
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
                           [helper.make_tensor_value_info("logits", TensorProto.FLOAT,
                                                          [1, classes])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
@@ -84,13 +89,7 @@ def small_resnet(seed: int = 0, classes: int = 10) -> onnx.ModelProto:
         n("Reshape", ["p", "shape"], ["f"], name="reshape"),
         n("Gemm", ["f", "wf", "bf"], ["logits"], name="fc", transB=1),
     ]
-    g = helper.make_graph(nodes, "small_resnet",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT,
-                                                         [1, classes])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    return m
+    return _image_classifier("small_resnet", nodes, inits, [1, 3, 8, 8], classes)
 
 
 def quantize_qdq(model: onnx.ModelProto, samples, per_channel: bool = True,

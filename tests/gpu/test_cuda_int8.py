@@ -81,15 +81,10 @@ def test_qdq_resnet50_on_cuda_matches_onnxruntime(layout):
     interpreter and cpu (test_fold_qdq.test_qdq_resnet50_folds_and_matches_onnxruntime), and
     on cuda asserted bit-exact on at least 99% of the logits."""
     import light_models as L
-    from test_fold_qdq import resnet50_references
+    from test_fold_qdq import assert_near_fused_run, resnet50_references
     m = L.with_random_weights(L.load("resnet50"))
     qm = quantize_qdq(m, [L.random_inputs(m, seed=s) for s in range(4)])
     x = L.random_inputs(m, seed=99)
     step, fused, x86 = resnet50_references(qm, x)
     got = next(iter(ptxc.compile(qm, target="cuda", layout=layout).run(x).values()))
-    d = np.max(np.abs(got - fused)) / step
-    exact = np.mean(got == fused)
-    print(f"cuda {layout}: {d:.3f} steps from onnxruntime's fused run, bit-exact {exact:.1%}; "
-          f"{np.max(np.abs(got - x86)) / step:.3f} from its x86 default run")
-    assert d <= 1.0001, d
-    assert exact >= 0.99, exact
+    assert_near_fused_run(got, fused, x86, step, f"cuda {layout}")

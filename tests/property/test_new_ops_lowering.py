@@ -9,30 +9,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
-import ptxc
-import ptxc.lower.tensor_to_loop  # noqa: F401  (registers the pass)
-from ptxc.driver.cpu import CpuProgram
-from ptxc.ir import interpret
-from ptxc.rewrite import PassManager
-
 import sys, os  # noqa: E401
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
-from new_ops import graph_model  # noqa: E402
+from new_ops import check_lowering, graph_model  # noqa: E402
 
 pytestmark = pytest.mark.slow
 SETTINGS = settings(max_examples=8, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-PIPELINE = ("lower-graph-to-tensor,generalize-named-ops,fuse-tensor-elementwise,"
-            "lower-tensor-to-loop")
 
 
 def _check(model, feeds):
-    module = ptxc.import_onnx(model)
-    want = interpret(module, feeds)
-    PassManager(PIPELINE, check_numerics=True).run(module)
-    got = CpuProgram.from_module(module, threads=1, min_parallel_work=0)(feeds)
-    for k, w in want.items():
-        np.testing.assert_allclose(got[k], w, rtol=1e-5, atol=1e-5, err_msg=k)
+    check_lowering(model, feeds)
 
 
 shapes = st.lists(st.integers(1, 5), min_size=1, max_size=3).map(tuple)
