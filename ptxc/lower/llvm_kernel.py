@@ -1,0 +1,314 @@
+"""The kernel emitters of :mod:`ptxc.lower.loop_to_llvm`: :class:`_Kernel` writes one top-level
+loop nest (``loop.parallel``/``loop.for``/``loop.copy``) as an LLVM function over its root
+buffers' pointers, for the CPU (the outer range split across threads by the runtime) and
+:class:`_GpuKernel` one ``gpu.launch`` for NVPTX (block and thread ids from the special
+registers, ``gpu.shared`` buffers as static or dynamic ``__shared__`` arrays, barriers and the
+tensor-core ops of :mod:`ptxc.lower.llvm_tensorcore`). The module-level driver (slots, the
+kernel table, the module, twins, metadata) stays in loop_to_llvm.
+
+Example: ``loop.parallel (%i) = (0) to (4) { %v = loop.load %x[%i]; loop.store %v, %y[%i] }``
+becomes ``define void @kernel_0(ptr noalias %b0, ptr noalias %b1, i64 %begin, i64 %end)``
+looping ``%i`` over ``[begin, end)`` (a thread's share of the range) with one load and one
+store; on NVPTX the same nest mapped to a ``gpu.launch`` takes only the pointers
+(``ptr addrspace(1)``) and reads ``%ctaid``/``%tid``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+
+from ..ir.core import BlockArgument, Operation, Value
+from ..ir.types import BufferType
+from . import llvm_tensorcore
+from .llvm_fold import FoldingBuilder
+from .llvm_scalar import I64, ScalarEmitter, align_of, memory_type
+
+_ERROR = object()  # the error flag's key among a kernel's roots (it has no IR value)
+
+
+def _root(v: Value) -> Value:
+    while not isinstance(v, BlockArgument) and v.op.name == "loop.view":
+        v = v.op.operands[0]
+    return v
+
+
+class _Kernel(ScalarEmitter):
+    """Emits one kernel function (CPU: pointer arguments and the ``begin``/``end`` range)."""
+
+    gpu = False
+    addrspace = 0
+
+    def __init__(self, module: ir.Module, name: str, roots: list, top_scalars: list,
+                 check_ids: dict | None = None):
+        self.m = module
+        self.check_ids = check_ids or {}
+        ptr = ir.PointerType(addrspace=self.addrspace)
+        extra = [] if self.gpu else [I64, I64]
+        fty = ir.FunctionType(ir.VoidType(), [ptr] * len(roots) + extra)
+        self.fn = ir.Function(module, fty, name)
+        self.fn.attributes.add("nounwind")
+        for i, a in enumerate(self.fn.args[:len(roots)]):
+            a.name = f"b{i}"
+            a.add_attribute("noalias")
+        if not self.gpu:
+            self.begin, self.end = self.fn.args[-2], self.fn.args[-1]
+            self.begin.name, self.end.name = "begin", "end"
+        self.ptrs = dict(zip(roots, self.fn.args))
+        self.b = FoldingBuilder(self.fn.append_basic_block("entry"))
+        self.vals: dict = {}
+        for op in top_scalars:
+            self.emit_scalar(op)
+
+    def emit_scalar(self, op: Operation) -> None:
+        if op.name == "arith.check_index":
+            self.check_index(op)
+        else:
+            super().emit_scalar(op)
+
+    def check_index(self, op: Operation) -> None:
+        """See "Run-time checks" in the module docstring."""
+        b = self.b
+        raw = self.vals[op.operands[0]]
+        i = b.sext(raw, I64) if raw.type.width < 64 else raw
+        n = ir.Constant(I64, op.attributes["size"])
+        neg = b.icmp_signed("<", i, ir.Constant(I64, 0))
+        w = b.select(neg, b.add(i, n), i)
+        ok = b.icmp_unsigned("<", w, n)
+        with b.if_then(b.not_(ok), likely=False):
+            b.store(ir.Constant(ir.IntType(32), self.check_ids[id(op)]), self.ptrs[_ERROR],
+                    align=4)
+        w = b.select(ok, w, ir.Constant(I64, 0))
+        self.vals[op.results[0]] = b.trunc(w, raw.type) if raw.type.width < 64 else w
+
+    # ---- structure ----------------------------------------------------------------------------
+    def loop(self, start, stop, step: int, body, carried=()):
+        """``for (iv = start; iv < stop; iv += step)`` with carried values; ``body(iv, carried)``
+        returns the next carried values. Returns the carried values after the loop."""
+        b = self.b
+        pre = b.block
+        header = self.fn.append_basic_block("loop")
+        inner = self.fn.append_basic_block("body")
+        done = self.fn.append_basic_block("done")
+        start = start if isinstance(start, ir.Value) else ir.Constant(I64, start)
+        stop = stop if isinstance(stop, ir.Value) else ir.Constant(I64, stop)
+        b.branch(header)
+        b.position_at_end(header)
+        iv = b.phi(I64, "iv")
+        iv.add_incoming(start, pre)
+        phis = []
+        for v in carried:
+            p = b.phi(v.type)
+            p.add_incoming(v, pre)
+            phis.append(p)
+        b.cbranch(b.icmp_signed("<", iv, stop), inner, done)
+        b.position_at_end(inner)
+        nxt = body(iv, phis)
+        nxt_iv = b.add(iv, ir.Constant(I64, step), flags=["nsw"])
+        latch = b.block
+        b.branch(header)
+        iv.add_incoming(nxt_iv, latch)
+        for p, v in zip(phis, nxt):
+            p.add_incoming(v, latch)
+        b.position_at_end(done)
+        return phis
+
+    def nest(self, dims, body, outer_split=False):
+        """Loops over ``dims`` (lower, upper, step) in order, ``body(ivs)`` innermost. With
+        ``outer_split`` the first dimension runs over iteration numbers ``[begin, end)`` (with no
+        dimensions, the body runs once per iteration number: once over a range of one)."""
+        def level(k, ivs):
+            if k == len(dims):
+                body(ivs)
+                return
+
+            def step(iv, _):
+                level(k + 1, ivs + [iv])
+                return []
+            lo, hi, st = dims[k]
+            if k == 0 and outer_split:
+                self.loop(self.begin, self.end, 1, lambda t, c: step(self.affine(t, lo, st), c))
+            else:
+                self.loop(lo, hi, st, step)
+
+        if not dims and outer_split:
+            def once(t, _):
+                body([])
+                return []
+            self.loop(self.begin, self.end, 1, once)
+        else:
+            level(0, [])
+
+    def affine(self, t: ir.Value, lo: int, step: int) -> ir.Value:
+        """The induction value ``lo + t * step`` of iteration number ``t``."""
+        if step != 1:
+            t = self.b.mul(t, ir.Constant(I64, step), flags=["nsw"])
+        return self.b.add(t, ir.Constant(I64, lo), flags=["nsw"]) if lo else t
+
+    def block(self, block, args) -> list:
+        for a, v in zip(block.args, args):
+            self.vals[a] = v
+        for op in block.ops:
+            if op.name == "loop.yield":
+                return [self.vals[v] for v in op.operands]
+            self.emit(op)
+        return []
+
+    def emit(self, op: Operation) -> None:
+        name = op.name
+        if name == "loop.view":
+            return
+        if name == "loop.load":
+            buf = op.operands[0]
+            el = buf.type.element
+            v = self.b.load(self.address(buf, op.operands[1:]), typ=memory_type(el),
+                            align=align_of(el))
+            if el.name == "i1":
+                v = self.b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+            self.vals[op.results[0]] = v
+        elif name == "loop.store":
+            self.store(self.vals[op.operands[0]], op.operands[1], op.operands[2:])
+        elif name == "loop.for":
+            self.for_(op, split=False)
+        elif name == "loop.parallel":
+            self.parallel(op, split=False)
+        elif name == "loop.copy":
+            self.copy(op, split=False)
+        else:
+            self.emit_scalar(op)
+
+    def for_(self, op: Operation, split: bool) -> None:
+        lo, hi, st = op.attributes["lower"], op.attributes["upper"], op.attr("step")
+        block = op.regions[0].blocks[0]
+        inits = [self.vals[v] for v in op.operands]
+        if split:
+            def body(t, carried):
+                return self.block(block, [self.affine(t, lo, st), *carried])
+            outs = self.loop(self.begin, self.end, 1, body, inits)
+        else:
+            outs = self.loop(lo, hi, st, lambda iv, c: self.block(block, [iv, *c]), inits)
+        for r, v in zip(op.results, outs):
+            self.vals[r] = v
+
+    def parallel(self, op: Operation, split: bool) -> None:
+        lo, hi = op.attributes["lower"], op.attributes["upper"]
+        dims = list(zip(lo, hi, op.attr("step") or (1,) * len(lo)))
+        block = op.regions[0].blocks[0]
+        self.nest(dims, lambda ivs: self.block(block, ivs), outer_split=split)
+
+    def copy(self, op: Operation, split: bool) -> None:
+        src, dst = op.operands
+        el = src.type.element
+
+        def body(ivs):
+            v = self.b.load(self.address(src, ivs), typ=memory_type(el), align=align_of(el))
+            self.b.store(v, self.address(dst, ivs), align=align_of(el))
+        self.nest([(0, d, 1) for d in src.type.shape], body, outer_split=split)
+
+    # ---- memory -------------------------------------------------------------------------------
+    def address(self, buf: Value, indices) -> ir.Value:
+        t: BufferType = buf.type
+        b = self.b
+        lin = None
+        for i, s in zip(indices, t.strides):
+            if s == 0:
+                continue
+            i = i if isinstance(i, ir.Value) else self.vals[i]
+            term = i if s == 1 else b.mul(i, ir.Constant(I64, s), flags=["nsw"])
+            lin = term if lin is None else b.add(lin, term, flags=["nsw"])
+        if t.offset:
+            off = ir.Constant(I64, t.offset)
+            lin = off if lin is None else b.add(lin, off, flags=["nsw"])
+        if lin is None:
+            lin = ir.Constant(I64, 0)
+        base = self.ptrs[_root(buf)]
+        if isinstance(base, ir.GlobalVariable):  # a gpu.shared array: index into it
+            return b.gep(base, [ir.Constant(I64, 0), lin], inbounds=True)
+        return b.gep(base, [lin], inbounds=True, source_etype=memory_type(t.element))
+
+    def store(self, v: ir.Value, buf: Value, indices) -> None:
+        el = buf.type.element
+        if el.name == "i1":
+            v = self.b.zext(v, memory_type(el))
+        self.b.store(v, self.address(buf, indices), align=align_of(el))
+
+    def finish(self) -> None:
+        self.b.ret_void()
+
+
+_SREG = {"gpu.block_id": "ctaid", "gpu.thread_id": "tid"}
+#: bytes of static ``__shared__`` memory a kernel may declare; more goes to dynamic shared memory
+STATIC_SHARED_LIMIT = 48 * 1024
+#: the extern array every kernel's dynamic shared memory starts at (``extern __shared__``)
+DYNAMIC_SHARED = "ptxc_dynamic_shared"
+_BARRIER = "llvm.nvvm.barrier.cta.sync.aligned.all"  # bar.sync 0 (LLVM 22; was barrier0)
+
+
+class _GpuKernel(_Kernel):
+    """Emits one ``gpu.launch`` as a ``ptx_kernel``: its body once, per thread; global buffers in
+    address space 1, ``gpu.shared`` arrays in address space 3; math through libdevice."""
+
+    gpu = True
+    addrspace = 1
+    math_library = "libdevice"
+
+    def __init__(self, module: ir.Module, name: str, roots: list, top_scalars: list,
+                 dynamic: bool = False, check_ids: dict | None = None):
+        super().__init__(module, name, roots, top_scalars, check_ids)
+        self.fn.calling_convention = "ptx_kernel"
+        self.shared_bytes = 0
+        self.n_shared = 0
+        self.dynamic = dynamic
+
+    def emit(self, op: Operation) -> None:
+        name = op.name
+        if name in _SREG:
+            dim = op.attributes["dim"]
+            reg = f"llvm.nvvm.read.ptx.sreg.{_SREG[name]}.{'xyz'[dim]}"
+            v = self.b.call(self.declare(reg, ir.IntType(32), []), [])
+            self.vals[op.results[0]] = self.b.zext(v, I64)
+        elif name == "gpu.barrier":
+            i32 = ir.IntType(32)
+            self.b.call(self.declare(_BARRIER, ir.VoidType(), [i32]), [ir.Constant(i32, 0)])
+        elif name == "gpu.shared":
+            self.shared(op)
+        elif name == "loop.if":
+            self.if_(op)
+        elif name in llvm_tensorcore.OPS:
+            llvm_tensorcore.emit(self, op)
+        else:
+            super().emit(op)
+
+    def shared(self, op: Operation) -> None:
+        t: BufferType = op.results[0].type
+        n = max(1, t.span)
+        ty = ir.ArrayType(memory_type(t.element), n)
+        if self.dynamic:   # at the next 16-byte offset of the dynamic shared memory
+            base = self.m.globals.get(DYNAMIC_SHARED)
+            if base is None:
+                base = ir.GlobalVariable(self.m, ir.ArrayType(ir.IntType(8), 0), DYNAMIC_SHARED,
+                                         addrspace=3)
+                base.linkage = "external"
+                base.align = 16
+            at = ir.Constant(I64, self.shared_bytes)
+            byte = self.b.gep(base, [ir.Constant(I64, 0), at], inbounds=True)
+            # typed as the element, as a static array's GEP is: plain loads and stores need it
+            self.ptrs[op.results[0]] = self.b.bitcast(byte, ty.element.as_pointer(3))
+            self.shared_bytes += -(-n * np.dtype(t.element.np_dtype).itemsize // 16) * 16
+            return
+        g = ir.GlobalVariable(self.m, ty, f"{self.fn.name}.shared{self.n_shared}", addrspace=3)
+        self.n_shared += 1
+        g.linkage = "internal"
+        g.align = 16
+        g.initializer = ir.Constant(ty, ir.Undefined)  # contents undefined at start (spec)
+        self.ptrs[op.results[0]] = g
+        self.shared_bytes += -(-n * np.dtype(t.element.np_dtype).itemsize // 16) * 16
+
+    def if_(self, op: Operation) -> None:
+        then = self.fn.append_basic_block("then")
+        after = self.fn.append_basic_block("endif")
+        self.b.cbranch(self.vals[op.operands[0]], then, after)
+        self.b.position_at_end(then)
+        self.block(op.regions[0].blocks[0], [])
+        self.b.branch(after)
+        self.b.position_at_end(after)
