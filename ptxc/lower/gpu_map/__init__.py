@@ -29,7 +29,7 @@ from ...dialects.gpu import MAX_THREADS
 from ...errors import CompileError
 from ...ir.core import Operation
 from ...rewrite.pass_ import Pass, register_pass
-from . import mma, pointwise, reduction, tiled
+from . import mma, mma_epilogue, pointwise, reduction, tiled
 from .common import KERNEL_OPS, parallel_space, points
 
 #: (name, schedule) in the order they are tried
@@ -77,6 +77,12 @@ def _check_block_size(instance, attribute, value):
         raise ValueError(f"block-size must be in [1, {MAX_THREADS}], is {value}")
 
 
+def _check_epilogue(instance, attribute, value):
+    if value not in mma_epilogue.EPILOGUES:
+        raise ValueError(f"mma-epilogue must be one of {', '.join(mma_epilogue.EPILOGUES)}, "
+                         f"is {value!r}")
+
+
 @register_pass
 @attrs.frozen
 class MapToGpu(Pass):
@@ -84,6 +90,8 @@ class MapToGpu(Pass):
     the schedules of ``SCHEDULES`` in order, pointwise last (one thread per point, the
     parallel dims collapsed into ``block_id.x * B + thread_id.x``, guarded where the grid
     overshoots). ``block-size``: the most threads per block a pointwise launch uses.
+    ``mma-epilogue``: ``fragment`` (default) or ``staged``, the epilogue of every mma kernel
+    (mma_epilogue.py: accumulators staged through shared memory for coalesced stores).
 
     Before:
         "builtin.module"() ({
@@ -132,6 +140,7 @@ class MapToGpu(Pass):
 
     name = "map-to-gpu"
     block_size: int = attrs.field(default=256, validator=_check_block_size)
+    mma_epilogue: str = attrs.field(default="fragment", validator=_check_epilogue)
 
     def run(self, module: Operation) -> bool:
         return map_to_gpu(module, self)

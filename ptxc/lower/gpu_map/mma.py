@@ -47,6 +47,16 @@ both operands must be K-major (ldmatrix cannot transpose bytes): a K-contiguous 
 copied by 16-byte cp.async, any other by the scalar copy. i32 sums are exact (they wrap as the
 nest's do), so the mapped kernel is bit-exact with the nest, split-K included (i32 partials).
 
+**Epilogue** (``Config.epilogue``, mma_epilogue.py): ``fragment`` (the default, the pseudo-code
+above: the point program straight from the fragment layout, one warp store touching 8 rows) or
+``staged`` (per 8-row slab the warp's accumulators go through a warp-private shared region
+and come back with consecutive lanes on consecutive output columns: 32 consecutive elements of
+one row per warp instruction, loads of a fused residual included). Chosen for every mma kernel
+by map-to-gpu's option ``mma-epilogue`` (pipeline text ``map-to-gpu{mma-epilogue=staged}``; a
+compile takes it from the cuda loop pipeline, ``ptxc.compiler.TARGET_STAGE_PIPELINES``, as
+bench/mma_epilogue.py does). The default stays ``fragment`` until the staged one is timed on a
+GPU; the tile string (``ptxc inspect``, the profile) ends in ``epilogue staged`` when staged.
+
 Not yet: more than three stages (dynamic shared memory), vectorized epilogue stores, a
 stream-K or atomic split-K without the second kernel, wgmma (sm_90a).
 """
@@ -62,6 +72,7 @@ from ...dialects.loop import for_loop, if_op, parallel_loop
 from ...ir.builder import Builder
 from ...ir.core import Operation, Value
 from ...ir.types import F16, F32, I8, I32, BufferType
+from . import mma_epilogue
 from .common import add, cmp, const, delinearize, div, launch_before, mul, sub
 from .contraction import Contraction, Operand, analyze
 from .tiled import _root
@@ -100,6 +111,7 @@ class Config:
     bk: int
     stages: int = STAGES
     splits: int = 1           # split-K: CTAs per output tile, each summing a K range
+    epilogue: str = "fragment"  # or "staged": mma_epilogue.py
 
     @property
     def wm(self) -> int:
@@ -114,9 +126,11 @@ class Config:
         return 32 * self.warps_m * self.warps_n
 
     def describe(self, kind: str) -> str:
-        """For explore and inspect: ``f16 128x128x64 warps 2x2 stages 3 [split-K 4]``."""
+        """For explore and inspect: ``f16 128x128x64 warps 2x2 stages 3 [split-K 4]
+        [epilogue staged]``."""
         return (f"{kind} {self.bm}x{self.bn}x{self.bk} warps {self.warps_m}x{self.warps_n} "
-                f"stages {self.stages}" + (f" split-K {self.splits}" if self.splits > 1 else ""))
+                f"stages {self.stages}" + (f" split-K {self.splits}" if self.splits > 1 else "")
+                + (f" epilogue {self.epilogue}" if self.epilogue != "fragment" else ""))
 
 
 def _mn_dims(c: Contraction, x: Operand) -> list:
@@ -149,7 +163,7 @@ def layout(c: Contraction, x: Operand) -> Layout:
 
 def shared_bytes(c: Contraction, cfg: Config) -> int:
     el = TYPES[c.kind][0].bitwidth // 8
-    return cfg.stages * (cfg.bm + cfg.bn) * cfg.bk * el
+    return cfg.stages * (cfg.bm + cfg.bn) * cfg.bk * el + mma_epilogue.staging_bytes(cfg)
 
 
 def valid(c: Contraction, cfg: Config) -> bool:
@@ -164,6 +178,8 @@ def valid(c: Contraction, cfg: Config) -> bool:
     if cfg.wm * cfg.wn > MAX_WARP_TILE or cfg.threads < 64:
         return False
     if cfg.threads > 1024 or shared_bytes(c, cfg) > SHARED_LIMIT or cfg.stages < 2:
+        return False
+    if cfg.epilogue not in mma_epilogue.EPILOGUES:
         return False
     return all((rows * cfg.bk // v) % cfg.threads == 0 and (rows * cfg.bk) % cfg.threads == 0
                for rows in (cfg.bm, cfg.bn))
@@ -307,7 +323,7 @@ class _Builder:
         self.s = {id(x): shared(b, self._tile_shape(x), self.el) for x in (c.a, c.b)}
         tid = thread_id(b, 0)
         self.tid = tid
-        warp = div(b, tid, 32)
+        self.warp = warp = div(b, tid, 32)
         self.lane = sub(b, tid, mul(b, warp, 32))
         wmi = div(b, warp, cfg.warps_n)
         wni = sub(b, warp, mul(b, wmi, cfg.warps_n))
@@ -339,7 +355,10 @@ class _Builder:
         for kk in range(self.bk // self.ks):
             acc = self._step(fb, stage, kk * self.ks, acc)
         fb.create("loop.yield", acc)
-        self._epilogue(b, list(loop.results))
+        if cfg.epilogue == "staged":
+            mma_epilogue.staged(self, b, list(loop.results))
+        else:
+            self._epilogue(b, list(loop.results))
         if self.ws is not None:
             self._reduce_splits()
         return launch
@@ -464,7 +483,7 @@ class _Builder:
                 out[at:at + 4] = list(d)
         return out
 
-    # -- the point program per accumulator element
+    # -- the point program per accumulator element, from the fragments (mma_epilogue.py)
     def _epilogue(self, b: Builder, acc: list) -> None:
         c, cfg = self.c, self.cfg
         g = div(b, self.lane, 4)
@@ -547,11 +566,16 @@ def build_all(module: Operation, cfg: Config) -> int:
 def schedule(op: Operation, options=None) -> Operation | None:
     """Insert the mma launch for ``op`` and return it, or None when ``op`` is not a
     reduced-precision contraction (fp32 nests go to the tiled schedule: fp32 stays fp32, and
-    so do the i32-shift form's integer nests of int8 layers that have no int8 form)."""
+    so do the i32-shift form's integer nests of int8 layers that have no int8 form).
+    ``options.mma_epilogue`` (map-to-gpu's ``mma-epilogue``) picks :attr:`Config.epilogue`
+    (kept ``fragment`` where the staged region would not fit the shared memory)."""
     c = analyze(op)
     if c is None:
         return None
     cfg = choose(c)
     if cfg is None:
         return None
+    epilogue = getattr(options, "mma_epilogue", "fragment") if options is not None else "fragment"
+    if epilogue != cfg.epilogue and valid(c, staged := attrs.evolve(cfg, epilogue=epilogue)):
+        cfg = staged
     return _Builder(c, cfg).build()

@@ -1,0 +1,132 @@
+"""The mma schedule's epilogues: how the accumulators reach the nest's point program.
+
+The tensor core leaves a warp's ``WM x WN`` results in the mma fragment layout: lane ``l`` holds
+rows ``l/4`` and ``l/4 + 8`` and columns ``2 (l%4)``, ``2 (l%4) + 1`` of each 16x8 tile. Two
+ways to run the point program (start value + sum, bias, residual, activation, cast, store) on
+them, chosen by :attr:`mma.Config.epilogue`:
+
+``fragment`` (the default; mma.py ``_Builder._epilogue``): straight from the registers, one
+point per accumulator element. A warp's store instruction then touches 8 rows x 4 two-element
+runs: 8 sectors for 64 (f16) or 32 (int8) useful bytes, and a fused residual load the same.
+
+``staged`` (this module): per 8-row slab of the warp tile (one half of a 16-row mma tile), the
+warp writes the slab's accumulators into a warp-private region of shared memory and reads them
+back with **consecutive lanes on consecutive output columns** of one row, so that the point
+program's loads and stores of a warp instruction cover 32 consecutive elements (64 B f16,
+32 B int8, 128 B f32) of one output row::
+
+    before (fragment)                          after (staged)
+    for mi, ni, i:                             sE = gpu.shared [warps][8][WN + 8]  (f32 / i32)
+      m = m0 + mi*16 + l/4 + 8*(i/2)           for slab in 0 .. WM/8 (mi = slab/2, h = slab%2):
+      n = n0 + ni*8 + 2*(l%4) + i%2              for ni, i in (2h, 2h+1):
+      if m < M and n < N:                          sE[w][l/4][ni*8 + 2*(l%4) + i%2] = acc[mi][ni][i]
+        point(m, n, acc[mi][ni][i])              gpu.barrier
+                                                 for e in lane, lane + 32, .. < 8 * WN:
+                                                   r, col = e / WN, e % WN
+                                                   m, n = m0 + 8*slab + r, n0 + col
+                                                   if m < M and n < N:
+                                                     point(m, n, sE[w][r][col])
+                                                 gpu.barrier     (before the next slab's writes)
+
+Decisions:
+
+* a separate ``gpu.shared`` region, not the pipeline's stages: shared buffers are typed (f16 /
+  i8 stages, f32 / i32 accumulators) and the dialect has no aliasing view of another element
+  type. It costs ``warps x 8 x (WN + 8) x 4`` bytes: 9 KiB at 4 warps of 64 x 64.
+  :func:`mma.shared_bytes` counts it (a total over 48 KiB goes to dynamic shared memory as any
+  other, loop_to_llvm) and :func:`mma.valid` keeps it under the limit.
+* 8-row slabs, not 16: the 128x128x64 tile's 96 KiB of stages plus 8-row staging (105 KiB)
+  still lets two CTAs share an SM (228 KiB, 1 KiB reserved per CTA); 16-row staging (18 KiB)
+  would not. The price: two barriers per slab (``WM / 8`` slabs), none after the last.
+* rows padded by 8 words (row stride = 8 or 24 mod 32 banks for every WN % 16 == 0): a half
+  warp's fragment writes of an element pair, ``(g, t) -> g (WN + 8) + 2t + {0, 1}``, hit 32
+  distinct banks when the pair goes as one 64-bit store; the row reads (32 consecutive words)
+  are conflict-free.
+* the region is warp-private but the synchronization is the block barrier (the dialect has
+  no ``__syncwarp``): every warp runs the same slabs and the barriers are outside every guard,
+  so they are block-uniform.
+* split-K stores its partials through the same staged order (the workspace ``[split][batch]
+  [M][N]`` is row-major in n too): coalesced workspace stores as well.
+* the guards ``m < M``, ``n < N`` stay per element, as in the fragment epilogue.
+"""
+
+from __future__ import annotations
+
+from ...dialects.gpu import barrier, shared
+from ...dialects.loop import if_op
+from .common import add, cmp, const, div, mul, sub
+
+#: the values of :attr:`mma.Config.epilogue`
+EPILOGUES = ("fragment", "staged")
+#: words of padding per staged row (bank conflicts, module docstring)
+PAD = 8
+#: rows per slab: one half of a 16-row mma tile (a lane's fragment elements 0, 1 or 2, 3)
+ROWS = 8
+
+
+def staging_shape(cfg) -> tuple:
+    """The staged epilogue's shared region: [warps][ROWS][WN + PAD] accumulators."""
+    return (cfg.warps_m * cfg.warps_n, ROWS, cfg.wn + PAD)
+
+
+def staging_bytes(cfg, acc_bytes: int = 4) -> int:
+    """Shared bytes the epilogue of ``cfg`` adds to the pipeline's (0 for ``fragment``)."""
+    if cfg.epilogue != "staged":
+        return 0
+    w, r, n = staging_shape(cfg)
+    return w * r * n * acc_bytes
+
+
+def _and(b, x, y):
+    return b.create("arith.and", [x, y]).result
+
+
+def staged(bld, b, acc: list) -> None:
+    """The staged epilogue of mma ``_Builder`` ``bld`` into the launch body ``b`` (module
+    docstring); ``acc`` is the main loop's accumulators, ``[mi][ni][4]`` flattened."""
+    c, cfg = bld.c, bld.cfg
+    lane, warp = bld.lane, bld.warp
+    mi_n, ni_n, wn = cfg.wm // 16, cfg.wn // 8, cfg.wn
+    sE = shared(b, staging_shape(cfg), bld.acc_t)
+    g = div(b, lane, 4)
+    t2 = mul(b, sub(b, lane, mul(b, g, 4)), 2)
+    m_warp = add(b, bld.base[id(c.a)], bld.wm0)
+    n_warp = add(b, bld.base[id(c.b)], bld.wn0)
+    # where lane's elements of a slab sit: (row, column) of e = lane + 32 * it, it < 8 WN / 32
+    per_row = wn // 32 if wn % 32 == 0 else 0
+    spots = []
+    for it in range(ROWS * wn // 32):
+        if per_row:   # whole rows of 32 lanes: constant row, column lane + 32 j
+            spots.append((it // per_row, add(b, lane, 32 * (it % per_row))))
+        else:         # WN = 16, 48, ...: a warp instruction spans two rows
+            e = add(b, lane, 32 * it)
+            r = div(b, e, wn)
+            spots.append((r, sub(b, e, mul(b, r, wn))))
+    for slab in range(2 * mi_n):     # rows 8 slab .. 8 slab + 7 of the warp tile
+        mi, h = divmod(slab, 2)
+        if slab:
+            barrier(b)     # every lane has read the previous slab
+        for ni in range(ni_n):
+            col = add(b, t2, ni * 8)
+            for i in (2 * h, 2 * h + 1):   # fragment elements 0, 1: row g; 2, 3: row g + 8
+                v = acc[(mi * ni_n + ni) * 4 + i]
+                b.create("loop.store", [v, sE, [warp, g, add(b, col, i & 1)]])
+        barrier(b)         # the slab is written
+        m_slab = add(b, m_warp, slab * ROWS)
+        for r, col in spots:
+            m, n = add(b, m_slab, r), add(b, n_warp, col)
+            guards = []
+            if c.M % cfg.bm:
+                guards.append(cmp(b, "lt", m, c.M))
+            if c.N % cfg.bn:
+                guards.append(cmp(b, "lt", n, c.N))
+            eb = b
+            if guards:
+                cond = guards[0] if len(guards) == 1 else _and(b, *guards)
+                _, eb = if_op(b, cond)
+            rr = const(eb, r) if isinstance(r, int) else r
+            v = eb.create("loop.load", [sE, [warp, rr, col]]).result
+            if bld.ws is not None:
+                eb.create("loop.store", [v, bld.ws, [bld.split, bld.batch_lin, m, n]])
+            else:
+                bld._point(eb, dict(bld.batch), m, n, v)

@@ -1,0 +1,236 @@
+"""The mma schedule's staged epilogue (ptxc/lower/gpu_map/mma_epilogue.py, map-to-gpu's
+``mma-epilogue=staged``): accumulators go through shared memory so that the point program runs
+with consecutive lanes on consecutive output columns. The staged launch sums exactly as the
+fragment one (same mma instructions per element), so the two mapped modules, run in the
+lockstep interpreter, must agree bit for bit; both must match the unmapped nest (fp16: the
+tolerances of test_gpu_map_mma.py) or, for int8, equal the graph interpreter bit for bit. Its
+PTX assembles without spills; on a GPU (``gpu`` marker) the staged kernels give the
+interpreter's answer.
+"""
+
+import numpy as np
+import pytest
+
+import contraction_ir
+import int8_ir
+import ptxc
+from ptxc.dialects.loop import run_main
+from ptxc.lower.gpu_map import mma, mma_epilogue
+from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
+from ptxc.rewrite import PassManager
+
+needs_ptxas = pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not installed here")
+STAGED = "map-to-gpu{mma-epilogue=staged}"
+
+
+def mma_tiles(m):
+    return [o.attributes["tile"] for o in m.walk()
+            if o.name == "gpu.launch" and o.attributes["schedule"] == "mma"]
+
+
+def both(make_loop, x, cfg=None):
+    """(unmapped outputs, fragment-mapped outputs, staged-mapped outputs, staged module) of the
+    loop module ``make_loop()`` on inputs ``x``; ``cfg``: a forced tile (its epilogue set)."""
+    m = make_loop()
+    want = run_main(m, x)
+    outs, mods = [], []
+    for epi in mma_epilogue.EPILOGUES:
+        m = make_loop()
+        if cfg is not None:
+            assert mma.build_all(m, mma.Config(**{**cfg, "epilogue": epi})) >= 1
+        PassManager(f"map-to-gpu{{mma-epilogue={epi}}}").run(m)
+        tiles = mma_tiles(m)
+        assert tiles and all(t.endswith("epilogue staged") == (epi == "staged") for t in tiles)
+        outs.append(run_main(m, x))
+        mods.append(m)
+    return want, outs[0], outs[1], mods[1]
+
+
+def same_bits(a, b):
+    for k in a:
+        assert a[k].dtype == b[k].dtype, k
+        np.testing.assert_array_equal(a[k], b[k], err_msg=f"{k}: staged vs fragment")
+
+
+def close(got, want, rtol=1e-5):
+    for k in want:
+        scale = max(1.0, float(np.abs(want[k]).max()))
+        np.testing.assert_allclose(got[k], want[k], rtol=rtol, atol=rtol * scale, err_msg=k)
+
+
+# ---- fp16 -----------------------------------------------------------------------------------
+
+MATMULS = {   # name: (matmul_model kwargs, forced tile or None)
+    "bias_relu_64x64x48": (dict(M=64, K=64, N=48), None),
+    "edges_130x96x72": (dict(M=130, K=96, N=72), None),            # M, N not tile multiples
+    "wn16_edges": (dict(M=50, K=64, N=40), dict(bm=32, bn=32, warps_m=1, warps_n=2, bk=32)),
+    "wn48_edges": (dict(M=40, K=64, N=72), dict(bm=32, bn=96, warps_m=1, warps_n=2, bk=32)),
+    "batched_2x3": (dict(M=32, K=32, N=16, batch=(2, 3)), None),
+    "split_k": (dict(M=32, K=1024, N=32), None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MATMULS))
+def test_staged_fp16_matmul_equals_fragment_and_matches(case):
+    kw, cfg = MATMULS[case]
+    model = contraction_ir.matmul_model(**kw)
+    x = contraction_ir.inputs_for(model)
+    want, frag, staged, m = both(lambda: contraction_ir.loop_module(model), x, cfg)
+    same_bits(staged, frag)
+    close(staged, want)
+    if cfg is not None:   # the forced warp widths: a warp's row spans 16 or 48 columns
+        assert "warps 1x2" in mma_tiles(m)[0]
+
+
+def test_staged_region_is_counted_in_shared_bytes():
+    from ptxc.dialects.gpu import shared_bytes
+    model = contraction_ir.matmul_model(M=130, K=96, N=72)
+    m = contraction_ir.loop_module(model)
+    PassManager(STAGED).run(m)
+    (launch,) = [o for o in m.walk() if o.name == "gpu.launch" and
+                 o.attributes["schedule"] == "mma"]
+    cfg = mma.Config(32, 64, 1, 2, 32, epilogue="staged")
+    assert launch.attributes["tile"] == cfg.describe("f16")
+    # 3 stages x (32 + 64) x 32 f16 + 2 warps x 8 x (32 + 8) f32
+    assert shared_bytes(launch) == 3 * 96 * 32 * 2 + 2 * 8 * 40 * 4
+    c = next(mma.analyze(o) for o in contraction_ir.loop_module(model).walk()
+             if o.name == "loop.parallel" and mma.analyze(o) is not None)
+    assert mma.shared_bytes(c, cfg) == shared_bytes(launch)
+
+
+def test_bad_epilogue_option_is_a_compile_error():
+    from ptxc.errors import CompileError
+    with pytest.raises(CompileError, match="mma-epilogue must be one of fragment, staged"):
+        PassManager("map-to-gpu{mma-epilogue=vector}")
+
+
+def residual_conv_fp32(N=2, C=64, H=6, W=6, seed=0):
+    """conv1x1(relu(conv1x1(x, w) + b + x), w2): ResNet's identity shortcut (the residual is
+    the conv's own input, channels-last f16 inside, as between layers) and the next 1x1 conv;
+    an fp32 ONNX model."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((rng.standard_normal((C, C, 1, 1)) / np.sqrt(C))
+                                     .astype(np.float32), name) for name in ("w", "w2")]
+    inits.append(numpy_helper.from_array(rng.standard_normal(C).astype(np.float32), "b"))
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], name="conv"),
+             helper.make_node("Add", ["t", "x"], ["u"], name="residual"),
+             helper.make_node("Relu", ["u"], ["v"], name="relu"),
+             helper.make_node("Conv", ["v", "w2"], ["y"], name="conv2")]
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph(nodes, "g", [vi("x", TensorProto.FLOAT, [N, C, H, W])],
+                          [vi("y", TensorProto.FLOAT, [N, C, H, W])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def fp16_nhwc_loop(model):
+    """``model`` at the loop stage with the cuda graph passes (nhwc, fp16), nothing mapped."""
+    from ptxc import compiler
+    m = ptxc.compiler.as_module(model)
+    saved = compiler.TARGET_STAGE_PIPELINES["cuda"]
+    compiler.TARGET_STAGE_PIPELINES["cuda"] = {}
+    try:
+        compiler.run_stages(m, "loop", target="cuda", layout="nhwc", precision="fp16")
+    finally:
+        compiler.TARGET_STAGE_PIPELINES["cuda"] = saved
+    return m
+
+
+def test_staged_fp16_nhwc_1x1_conv_with_residual():
+    """The fused residual add is a load in the point program: staged, it reads a row's 32
+    consecutive channels per warp instruction; the results equal the fragment epilogue's."""
+    model = residual_conv_fp32()
+    rng = np.random.default_rng(2)
+    x = {"x": rng.standard_normal((2, 64, 6, 6)).astype(np.float32)}
+    want, frag, staged, _ = both(lambda: fp16_nhwc_loop(model), x)
+    same_bits(staged, frag)
+    close(staged, want, rtol=2e-3)   # the output is f16 inside: one f16 rounding may move
+    ref = ptxc.interpret(ptxc.import_onnx(model), x)["y"]
+    assert np.abs(staged["y"] - ref).max() <= 2e-2 * np.abs(ref).max()
+
+
+# ---- int8 -----------------------------------------------------------------------------------
+
+INT8 = {
+    "gemm_edges_zx_residual": lambda: int8_ir.gemm_model(130, 96, 72, zx=7, residual=True),
+    "conv1x1_nhwc_residual": lambda: int8_ir.conv_model(N=2, C=32, H=6, W=6, K=16, R=1, S=1,
+                                                        residual=True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INT8))
+def test_staged_int8_requantization_is_bit_exact(case):
+    model = INT8[case]()
+    x = int8_ir.inputs_for(model)
+    ref = ptxc.interpret(ptxc.import_onnx(model), x)
+    nhwc = "nhwc" in case
+    make = (lambda: int8_ir.loop_module(model, layout="nhwc", target="cuda")) if nhwc else \
+        (lambda: int8_ir.loop_module(model))
+    want, frag, staged, m = both(make, x)
+    assert all(t.startswith("s8 ") for t in mma_tiles(m))
+    for k in ref:
+        assert staged[k].dtype == ref[k].dtype == np.int8, k
+        np.testing.assert_array_equal(want[k], ref[k], err_msg=f"{k}: nest vs interpreter")
+        np.testing.assert_array_equal(staged[k], ref[k], err_msg=f"{k}: staged vs interpreter")
+    same_bits(staged, frag)
+
+
+# ---- ptxas and the GPU ----------------------------------------------------------------------
+
+@needs_ptxas
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["edges_130x96x72", "wn48_edges", "split_k"])
+def test_staged_kernels_assemble_without_spills(case):
+    kw, cfg = MATMULS[case]
+    m = contraction_ir.loop_module(contraction_ir.matmul_model(**kw))
+    if cfg is not None:
+        mma.build_all(m, mma.Config(**cfg, epilogue="staged"))
+    PassManager(STAGED).run(m)
+    rep = assemble(lower_to_ptx(m, arch="sm_90").ptx, "sm_90")
+    for k in rep.kernels.values():
+        assert k.spill_stores == 0 and k.spill_loads == 0 and k.stack_bytes == 0, k
+
+
+def _gpu_case(case):
+    if case in MATMULS:
+        kw, cfg = MATMULS[case]
+        model = contraction_ir.matmul_model(**kw)
+        m = contraction_ir.loop_module(model)
+        x = contraction_ir.inputs_for(model)
+        if cfg is not None:
+            mma.build_all(m, mma.Config(**cfg, epilogue="staged"))
+    else:
+        model = INT8[case]()
+        nhwc = "nhwc" in case
+        m = int8_ir.loop_module(model, layout="nhwc" if nhwc else "nchw",
+                                target="cuda" if nhwc else "cpu")
+        x = int8_ir.inputs_for(model)
+    PassManager(STAGED).run(m)
+    return m, x
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(MATMULS) + sorted(INT8))
+def test_staged_epilogue_on_gpu_gives_the_interpreters_answer(case):
+    from test_ptx import run_on_gpu
+    m, x = _gpu_case(case)
+    assert all(t.endswith("epilogue staged") for t in mma_tiles(m))
+    want = run_main(m, x)
+    got = run_on_gpu(lower_to_ptx(m), x)
+    if case in INT8:
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    else:
+        close(got, want)
+
+
+@pytest.mark.gpu
+def test_staged_fp16_nhwc_residual_conv_on_gpu():
+    model = residual_conv_fp32(N=4, C=256, H=14, W=14)
+    rng = np.random.default_rng(4)
+    x = {"x": rng.standard_normal((4, 256, 14, 14)).astype(np.float32)}
+    m = fp16_nhwc_loop(model)
+    PassManager(STAGED).run(m)
+    from test_ptx import run_on_gpu
+    want = run_main(m, x)
+    close(run_on_gpu(lower_to_ptx(m), x), want, rtol=2e-3)
