@@ -19,11 +19,21 @@ latency of ``run_device`` (CUDA graph), images/s, and the logits against torch e
 kernel's device time of each precision (a separate run after the timed ones).
 
     OUT=bench_out PYTHONPATH=. python3 bench/resnet50_int8.py --gpu --batch 32
+
+``--epilogues fragment,staged`` compiles each precision once per mma epilogue
+(ptxc/lower/gpu_map/mma_epilogue.py; the cuda loop pipeline's ``map-to-gpu{mma-epilogue=..}``,
+:func:`mma_epilogue`): rows ``fp16/fragment``, ``fp16/staged``, ...; the profile's rows carry
+each kernel's tile (``... epilogue staged``) and the JSON each precision's staged / fragment
+images per second::
+
+    OUT=bench_out PYTHONPATH=. python3 bench/resnet50_int8.py --gpu --batch 32 \
+        --epilogues fragment,staged --profile
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -43,6 +53,27 @@ def _kernels(engine) -> dict:
         if k.schedule == "mma" and tile:
             tiles[tile] = tiles.get(tile, 0) + 1
     return {"schedules": scheds, "mma_tiles": tiles}
+
+
+@contextlib.contextmanager
+def mma_epilogue(epilogue: str):
+    """Compiles inside use ``epilogue`` for every mma kernel: map-to-gpu's ``mma-epilogue``
+    option in the cuda loop pipeline (the compile cache keys on that pipeline)."""
+    from ptxc import compiler
+    table = compiler.TARGET_STAGE_PIPELINES["cuda"]
+    saved = table["loop"]
+    table["loop"] = saved.replace("map-to-gpu", f"map-to-gpu{{mma-epilogue={epilogue}}}")
+    try:
+        yield
+    finally:
+        table["loop"] = saved
+
+
+def _tiles_into_profile(row: dict, engine) -> None:
+    """Each profiled kernel's tile (the kernel table's), next to its time."""
+    tiles = {k.name: getattr(k, "tile", None) for k in engine.kernels.kernels}
+    for r in row.get("profile", {}).get("top", []):
+        r["tile"] = tiles.get(r["kernel"])
 
 
 def gpu_main(args) -> int:
@@ -78,16 +109,23 @@ def gpu_main(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         proto, _ = export_onnx(model, x, os.path.join(tmp, "resnet50.onnx"))
     xn = x.cpu().numpy()
-    for precision in args.precisions.split(","):
-        row = result["rows"].setdefault(precision, {})
+    epilogues = args.epilogues.split(",")
+    tables = {}
+    runs = [(p, e) for p in args.precisions.split(",") for e in epilogues]
+    for precision, epilogue in runs:
+        key = precision if len(epilogues) == 1 else f"{precision}/{epilogue}"
+        row = result["rows"].setdefault(key, {"epilogue": epilogue})
         try:
             kw = {"layout": args.layout, "precision": precision}
             if precision == "int8":
                 t0 = time.perf_counter()
-                kw["calibration"] = calibrate(proto, [{"x": xn}], args.method, progress=True)
+                if "int8" not in tables:
+                    tables["int8"] = calibrate(proto, [{"x": xn}], args.method, progress=True)
+                kw["calibration"] = tables["int8"]
                 row["calibration_s"] = round(time.perf_counter() - t0, 1)
             t0 = time.perf_counter()
-            engine = ptxc.compile(proto, target="cuda", **kw)
+            with mma_epilogue(epilogue):
+                engine = ptxc.compile(proto, target="cuda", **kw)
             row["compile_s"] = round(time.perf_counter() - t0, 1)
             row.update(_kernels(engine))
             if precision == "int8":
@@ -105,19 +143,30 @@ def gpu_main(args) -> int:
             row["images_per_s"] = args.batch / sec
             if args.profile:  # every kernel's device time, apart from the timed runs
                 bench_gpu.profile_row(row, engine, "x", x, top=200)
+                _tiles_into_profile(row, engine)
             del engine
         except Exception as e:  # noqa: BLE001  (recorded; the other precision still runs)
             row["error"] = f"{type(e).__name__}: {e}"[:2000]
             traceback.print_exc(limit=6)
-        print(f"== {precision}: " + json.dumps(row, default=str), flush=True)
+        print(f"== {key}: " + json.dumps(row, default=str), flush=True)
         write()
     rows = result["rows"]
-    if rows.get("int8", {}).get("images_per_s") and rows.get("fp16", {}).get("images_per_s"):
-        result["int8_over_fp16"] = rows["int8"]["images_per_s"] / rows["fp16"]["images_per_s"]
-        print(f"ResNet-50 batch {args.batch} ({args.layout}): int8 "
-              f"{rows['int8']['images_per_s']:.0f} img/s, fp16 "
-              f"{rows['fp16']['images_per_s']:.0f} img/s: int8 / fp16 = "
-              f"{result['int8_over_fp16']:.2f}x (bar: 1.5x)", flush=True)
+
+    def ips(key):
+        return rows.get(key, {}).get("images_per_s")
+    for e in epilogues:
+        i8, f16 = (p if len(epilogues) == 1 else f"{p}/{e}" for p in ("int8", "fp16"))
+        if ips(i8) and ips(f16):
+            r = ips(i8) / ips(f16)
+            result["int8_over_fp16" + ("" if len(epilogues) == 1 else f"/{e}")] = r
+            print(f"ResNet-50 batch {args.batch} ({args.layout}, {e} epilogue): int8 "
+                  f"{ips(i8):.0f} img/s, fp16 {ips(f16):.0f} img/s: int8 / fp16 = {r:.2f}x "
+                  "(bar: 1.5x)", flush=True)
+    for p in args.precisions.split(","):
+        if ips(f"{p}/staged") and ips(f"{p}/fragment"):
+            r = ips(f"{p}/staged") / ips(f"{p}/fragment")
+            result[f"staged_over_fragment/{p}"] = r
+            print(f"{p}: staged / fragment epilogue images per second = {r:.2f}x", flush=True)
     write()
     return 0
 
@@ -133,9 +182,15 @@ def main(argv=None):
     ap.add_argument("--layout", default="nhwc")
     ap.add_argument("--precisions", default="fp16,int8")
     ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--epilogues", default="fragment",
+                    help="with --gpu: mma epilogues to compare, e.g. fragment,staged")
     ap.add_argument("--profile", action="store_true",
                     help="with --gpu: each kernel's device time (ptxc.tools.profile) per precision")
     args = ap.parse_args(argv)
+    from ptxc.lower.gpu_map.mma_epilogue import EPILOGUES
+    bad = [e for e in args.epilogues.split(",") if e not in EPILOGUES]
+    if bad:
+        ap.error(f"--epilogues: {', '.join(bad)}: the epilogues are {', '.join(EPILOGUES)}")
     if args.gpu:
         return gpu_main(args)
     import light_models as L

@@ -54,16 +54,26 @@ def test_fp32_stays_off_tensor_cores():
 
 @needs_ptxas
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [
-    "resnet50",
-    "squeezenet",   # its 64-thread 32x64x32 tiles spilled until mma kernels said .minnctapersm 1
-])
-def test_light_models_mma_kernels_do_not_spill(name):
+@pytest.mark.parametrize("name, epilogue", [
+    ("resnet50", "fragment"),
+    ("resnet50", "staged"),      # mma_epilogue.py: the accumulators staged in shared memory
+    ("squeezenet", "fragment"),  # its 64-thread 32x64x32 tiles spilled until mma kernels said
+])                               # .minnctapersm 1
+def test_light_models_mma_kernels_do_not_spill(name, epilogue):
     import light_models as lm
-    e = ptxc.compile(lm.path(name), target="cuda", precision="fp16", layout="nhwc")
+    from ptxc import compiler
+    cuda = compiler.TARGET_STAGE_PIPELINES["cuda"]
+    saved = cuda["loop"]
+    cuda["loop"] = saved.replace("map-to-gpu", f"map-to-gpu{{mma-epilogue={epilogue}}}")
+    try:
+        e = ptxc.compile(lm.path(name), target="cuda", precision="fp16", layout="nhwc")
+    finally:
+        cuda["loop"] = saved
     table = _table(e)
     mma = [k.name for k in table.kernels if k.schedule == "mma"]
     assert mma, "no convolution took the mma schedule"
+    assert all(k.tile.endswith("epilogue staged") == (epilogue == "staged")
+               for k in table.kernels if k.schedule == "mma")
     rep = assemble(e.ptx, "sm_90")
     for name in mma:
         r = rep.kernels[name]

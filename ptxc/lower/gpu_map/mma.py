@@ -54,8 +54,9 @@ and come back with consecutive lanes on consecutive output columns: 32 consecuti
 one row per warp instruction, loads of a fused residual included). Chosen for every mma kernel
 by map-to-gpu's option ``mma-epilogue`` (pipeline text ``map-to-gpu{mma-epilogue=staged}``; a
 compile takes it from the cuda loop pipeline, ``ptxc.compiler.TARGET_STAGE_PIPELINES``, as
-bench/mma_epilogue.py does). The default stays ``fragment`` until the staged one is timed on a
-GPU; the tile string (``ptxc inspect``, the profile) ends in ``epilogue staged`` when staged.
+``bench/resnet50_int8.py --epilogues`` does). The default stays ``fragment`` until the staged
+one is timed on a GPU; the tile string (``ptxc inspect``; the bench's profile rows) ends in
+``epilogue staged`` when staged.
 
 Not yet: more than three stages (dynamic shared memory), vectorized epilogue stores, a
 stream-K or atomic split-K without the second kernel, wgmma (sm_90a).
