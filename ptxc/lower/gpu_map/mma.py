@@ -50,8 +50,8 @@ nest's do), so the mapped kernel is bit-exact with the nest, split-K included (i
 **Epilogue** (``Config.epilogue``, mma_epilogue.py): ``fragment`` (the default, the pseudo-code
 above: the point program straight from the fragment layout, one warp store touching 8 rows) or
 ``staged`` (per 8-row slab the warp's accumulators go through a warp-private shared region
-and come back with consecutive lanes on consecutive output columns: 32 consecutive elements of
-one row per warp instruction, loads of a fused residual included). Chosen for every mma kernel
+and come back row-major, 16 lanes across a row: a warp instruction touches 2 output rows, not
+8, loads of a fused residual included). Chosen for every mma kernel
 by map-to-gpu's option ``mma-epilogue`` (pipeline text ``map-to-gpu{mma-epilogue=staged}``; a
 compile takes it from the cuda loop pipeline, ``ptxc.compiler.TARGET_STAGE_PIPELINES``, as
 ``bench/resnet50_int8.py --epilogues`` does). The default stays ``fragment`` until the staged

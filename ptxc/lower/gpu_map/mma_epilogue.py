@@ -11,25 +11,35 @@ runs: 8 sectors for 64 (f16) or 32 (int8) useful bytes, and a fused residual loa
 
 ``staged`` (this module): per 8-row slab of the warp tile (one half of a 16-row mma tile), the
 warp writes the slab's accumulators into a warp-private region of shared memory and reads them
-back with **consecutive lanes on consecutive output columns** of one row, so that the point
-program's loads and stores of a warp instruction cover 32 consecutive elements (64 B f16,
-32 B int8, 128 B f32) of one output row::
+back **row-major**: 16 consecutive lanes (:data:`ROW_LANES`) span one row of the warp tile,
+lane ``l`` taking its ``v = WN / 16`` consecutive columns ``v (l % 16) ..`` of rows
+``l / 16 + 2k``. A store instruction of the point program then touches two output rows of
+``WN`` consecutive columns each (2 x 128 B lines for f16 at WN = 64) where the fragment layout
+touches 8 rows (8 lines), the same for a fused residual's loads; and each lane's ``v``
+consecutive elements are what one vector store would take (not yet, see below)::
 
-    before (fragment)                          after (staged)
+    before (fragment)                          after (staged), v = WN / 16
     for mi, ni, i:                             sE = gpu.shared [warps][8][WN + 8]  (f32 / i32)
       m = m0 + mi*16 + l/4 + 8*(i/2)           for slab in 0 .. WM/8 (mi = slab/2, h = slab%2):
       n = n0 + ni*8 + 2*(l%4) + i%2              for ni, i in (2h, 2h+1):
       if m < M and n < N:                          sE[w][l/4][ni*8 + 2*(l%4) + i%2] = acc[mi][ni][i]
         point(m, n, acc[mi][ni][i])              gpu.barrier
-                                                 for e in lane, lane + 32, .. < 8 * WN:
-                                                   r, col = e / WN, e % WN
-                                                   m, n = m0 + 8*slab + r, n0 + col
-                                                   if m < M and n < N:
-                                                     point(m, n, sE[w][r][col])
+                                                 for r in l/16, l/16 + 2, l/16 + 4, l/16 + 6:
+                                                   for col in v (l % 16) + (0 .. v-1):
+                                                     m, n = m0 + 8*slab + r, n0 + col
+                                                     if m < M and n < N:
+                                                       point(m, n, sE[w][r][col])
                                                  gpu.barrier     (before the next slab's writes)
 
 Decisions:
 
+* 16 lanes per row, not 32 (nor one column per lane): each lane then has 4 rows per slab, 32
+  over a 64-row warp tile (the fragment layout: 8), each with the point program's row index
+  arithmetic (an NHWC conv's ``m -> (n, p, q)`` and output address), which ptxas hoists and
+  keeps live. 64 rows per lane (one or two columns per lane at WN = 64 or 32) ran out of
+  registers: 144 bytes of spills in each 128x64 ResNet-50 layer-3 3x3 conv at batch 32 (whose
+  output goes into the next conv's zero-padded input: 255 registers against the fragment
+  epilogue's 168) and up to 1100 bytes in the 128x128x32 layer-1 1x1 convs; 16 lanes: none.
 * a separate ``gpu.shared`` region, not the pipeline's stages: shared buffers are typed (f16 /
   i8 stages, f32 / i32 accumulators) and the dialect has no aliasing view of another element
   type. It costs ``warps x 8 x (WN + 8) x 4`` bytes: 9 KiB at 4 warps of 64 x 64.
@@ -40,21 +50,30 @@ Decisions:
   would not. The price: two barriers per slab (``WM / 8`` slabs), none after the last.
 * rows padded by 8 words (row stride = 8 or 24 mod 32 banks for every WN % 16 == 0): a half
   warp's fragment writes of an element pair, ``(g, t) -> g (WN + 8) + 2t + {0, 1}``, hit 32
-  distinct banks when the pair goes as one 64-bit store; the row reads (32 consecutive words)
-  are conflict-free.
+  distinct banks when the pair goes as one 64-bit store (LLVM pairs them); the read-back's
+  ``v`` consecutive words per lane go as vector loads (LLVM), two rows of a warp: no two lanes
+  of one phase in one bank.
 * the region is warp-private but the synchronization is the block barrier (the dialect has
   no ``__syncwarp``): every warp runs the same slabs and the barriers are outside every guard,
   so they are block-uniform.
 * split-K stores its partials through the same staged order (the workspace ``[split][batch]
   [M][N]`` is row-major in n too): coalesced workspace stores as well.
 * the guards ``m < M``, ``n < N`` stay per element, as in the fragment epilogue.
+* WN whose rows 16 lanes do not tile (48; over 64 at most 4096 accumulators per warp, e.g.
+  32 x 128): element ``lane + 32 it`` of the slab, one column per lane (``mma.TILES`` has
+  neither; forced or tuner configs only).
+
+Not yet: a lane's ``v`` consecutive elements go as ``v`` scalar stores: kernel pointer
+arguments are ``.align 1`` in the PTX, so LLVM's load/store vectorizer cannot merge them into
+one vector store (nor the residual's loads); that, and aliasing the pipeline's stages, are the
+next steps.
 """
 
 from __future__ import annotations
 
 from ...dialects.gpu import barrier, shared
 from ...dialects.loop import if_op
-from .common import add, cmp, const, div, mul, sub
+from .common import add, cmp, div, mul, sub
 
 #: the values of :attr:`mma.Config.epilogue`
 EPILOGUES = ("fragment", "staged")
@@ -62,6 +81,9 @@ EPILOGUES = ("fragment", "staged")
 PAD = 8
 #: rows per slab: one half of a 16-row mma tile (a lane's fragment elements 0, 1 or 2, 3)
 ROWS = 8
+#: lanes across one row of a warp tile in the read-back: each takes WN / 16 consecutive columns
+#: (module docstring: fewer columns per lane, more rows per lane, spilled)
+ROW_LANES = 16
 
 
 def staging_shape(cfg) -> tuple:
@@ -92,16 +114,17 @@ def staged(bld, b, acc: list) -> None:
     t2 = mul(b, sub(b, lane, mul(b, g, 4)), 2)
     m_warp = add(b, bld.base[id(c.a)], bld.wm0)
     n_warp = add(b, bld.base[id(c.b)], bld.wn0)
-    # where lane's elements of a slab sit: (row, column) of e = lane + 32 * it, it < 8 WN / 32
-    per_row = wn // 32 if wn % 32 == 0 else 0
-    spots = []
-    for it in range(ROWS * wn // 32):
-        if per_row:   # whole rows of 32 lanes: constant row, column lane + 32 j
-            spots.append((it // per_row, add(b, lane, 32 * (it % per_row))))
-        else:         # WN = 16, 48, ...: a warp instruction spans two rows
-            e = add(b, lane, 32 * it)
-            r = div(b, e, wn)
-            spots.append((r, sub(b, e, mul(b, r, wn))))
+    # the lane's elements of a slab: vec consecutive columns of rows lane / (WN / vec) + k *
+    # (32 vec / WN) where WN / vec lanes divide a warp (every tile of mma.TILES); else (WN = 48)
+    # element e = lane + 32 it of the slab, a warp instruction spanning two rows
+    vec = max(1, wn // ROW_LANES)
+    lanes_per_row = wn // vec
+    even = wn % vec == 0 and 32 % lanes_per_row == 0
+    if even:
+        q = div(b, lane, lanes_per_row)
+        c0 = mul(b, sub(b, lane, mul(b, q, lanes_per_row)), vec)
+        cols = [add(b, c0, v) for v in range(vec)]
+        rows = [add(b, q, k * (32 // lanes_per_row)) for k in range(ROWS * lanes_per_row // 32)]
     for slab in range(2 * mi_n):     # rows 8 slab .. 8 slab + 7 of the warp tile
         mi, h = divmod(slab, 2)
         if slab:
@@ -113,20 +136,34 @@ def staged(bld, b, acc: list) -> None:
                 b.create("loop.store", [v, sE, [warp, g, add(b, col, i & 1)]])
         barrier(b)         # the slab is written
         m_slab = add(b, m_warp, slab * ROWS)
-        for r, col in spots:
-            m, n = add(b, m_slab, r), add(b, n_warp, col)
-            guards = []
-            if c.M % cfg.bm:
-                guards.append(cmp(b, "lt", m, c.M))
-            if c.N % cfg.bn:
-                guards.append(cmp(b, "lt", n, c.N))
-            eb = b
-            if guards:
-                cond = guards[0] if len(guards) == 1 else _and(b, *guards)
-                _, eb = if_op(b, cond)
-            rr = const(eb, r) if isinstance(r, int) else r
-            v = eb.create("loop.load", [sE, [warp, rr, col]]).result
-            if bld.ws is not None:
-                eb.create("loop.store", [v, bld.ws, [bld.split, bld.batch_lin, m, n]])
-            else:
-                bld._point(eb, dict(bld.batch), m, n, v)
+        if even:
+            for r in rows:
+                m = add(b, m_slab, r)
+                for col in cols:
+                    _read(bld, b, sE, r, col, m, add(b, n_warp, col))
+        else:
+            for it in range(ROWS * wn // 32):
+                e = add(b, lane, 32 * it)
+                r = div(b, e, wn)
+                col = sub(b, e, mul(b, r, wn))
+                _read(bld, b, sE, r, col, add(b, m_slab, r), add(b, n_warp, col))
+
+
+def _read(bld, b, sE, r, col, m, n) -> None:
+    """Element (r, col) of the lane's warp's slab, at output (m, n): guarded, the point program
+    (or split-K's workspace store)."""
+    c, cfg = bld.c, bld.cfg
+    guards = []
+    if c.M % cfg.bm:
+        guards.append(cmp(b, "lt", m, c.M))
+    if c.N % cfg.bn:
+        guards.append(cmp(b, "lt", n, c.N))
+    eb = b
+    if guards:
+        cond = guards[0] if len(guards) == 1 else _and(b, *guards)
+        _, eb = if_op(b, cond)
+    v = eb.create("loop.load", [sE, [bld.warp, r, col]]).result
+    if bld.ws is not None:
+        eb.create("loop.store", [v, bld.ws, [bld.split, bld.batch_lin, m, n]])
+    else:
+        bld._point(eb, dict(bld.batch), m, n, v)
