@@ -237,6 +237,12 @@ class _Kernel(ScalarEmitter):
 
 
 _SREG = {"gpu.block_id": "ctaid", "gpu.thread_id": "tid"}
+#: the alignment a cuda kernel's pointer parameters declare (``align 16``: LLVM may then merge
+#: neighbouring scalar accesses into 8- and 16-byte vector ones). The runtime guarantees 256:
+#: arena slots and weights are placed at 256-byte offsets of 256-byte aligned allocations,
+#: binding buffers are allocations, and run_device binds a caller's pointer only when it is
+#: 256-byte aligned (ptxc.driver.cuda_interop.BIND_ALIGN; else it copies).
+PARAM_ALIGN = 16
 #: bytes of static ``__shared__`` memory a kernel may declare; more goes to dynamic shared memory
 STATIC_SHARED_LIMIT = 48 * 1024
 #: the extern array every kernel's dynamic shared memory starts at (``extern __shared__``)
@@ -256,6 +262,8 @@ class _GpuKernel(_Kernel):
                  dynamic: bool = False, check_ids: dict | None = None):
         super().__init__(module, name, roots, top_scalars, check_ids)
         self.fn.calling_convention = "ptx_kernel"
+        for a in self.fn.args:  # every buffer a cuda kernel gets starts 256-byte aligned
+            a.attributes.align = PARAM_ALIGN
         self.shared_bytes = 0
         self.n_shared = 0
         self.dynamic = dynamic
