@@ -193,11 +193,12 @@ def median_latency(fn, sync, repeat: int, seconds: float) -> tuple[float, int]:
 # ---- one (model, batch) -----------------------------------------------------------------------
 
 def bench_one(name: str, batch: int, deadline: float, repeat: int, tmp: str,
-              precision: str = "fp32", layout: str = "nchw", profile: bool = False) -> dict:
+              precision: str = "fp32", layout: str = "nchw", profile: bool = False,
+              options: str = "") -> dict:
     import torch
     import ptxc
     row: dict = {"model": name, "batch": batch, "precision": precision, "layout": layout,
-                 "errors": {}}
+                 "errors": {}, **({"map_options": options} if options else {})}
     left = lambda: deadline - time.perf_counter()  # noqa: E731
     sync = torch.cuda.synchronize
 
@@ -244,7 +245,8 @@ def bench_one(name: str, batch: int, deadline: float, repeat: int, tmp: str,
             kw = {} if precision == "fp32" else {"precision": precision}
             if layout != "nchw":
                 kw["layout"] = layout
-            e = ptxc.compile(proto, target="cuda", **kw)
+            with map_options(options):
+                e = ptxc.compile(proto, target="cuda", **kw)
             row["ptxc_compile_s"] = time.perf_counter() - t0
             row["ptxc_compile_stages"] = {k: round(v, 3) for k, v in e.timings.items()}
             return e
@@ -359,6 +361,22 @@ def bench_one(name: str, batch: int, deadline: float, repeat: int, tmp: str,
     return row  # the engine, the model and their device memory go with this frame
 
 
+@contextlib.contextmanager
+def map_options(options: str):
+    """Compiles inside run map-to-gpu with ``options`` (pipeline-text options, space-separated:
+    ``"mma-epilogue=staged tiled-min-reduction=16"``) in the cuda loop pipeline; the compile
+    cache keys on that pipeline. Empty: unchanged."""
+    from ptxc import compiler
+    table = compiler.TARGET_STAGE_PIPELINES["cuda"]
+    saved = table["loop"]
+    if options:
+        table["loop"] = saved.replace("map-to-gpu", f"map-to-gpu{{{options}}}")
+    try:
+        yield
+    finally:
+        table["loop"] = saved
+
+
 def profile_row(row: dict, engine, in_name: str, x, top: int = 25) -> None:
     """ptxc's per-kernel profile of one run (ptxc.tools.profile): kernels by schedule, the time
     in each schedule, and the ``top`` rows, into the row and printed."""
@@ -443,6 +461,9 @@ def main() -> int:
                     help="fp32 and/or fp16 rows (fp16: ptxc precision='fp16' against torch's "
                          "model.half(), torch.compile mode 'reduce-overhead')")
     ap.add_argument("--layout", default="nchw", help="ptxc's layout= (nchw, nhwc, auto)")
+    ap.add_argument("--map-options", default="",
+                    help="map-to-gpu options for ptxc's compiles, e.g. "
+                         "'mma-epilogue=staged tiled-min-reduction=16'")
     ap.add_argument("--profile", action="store_true",
                     help="also ptxc's per-kernel profile of each row (CUDA events per kernel)")
     args = ap.parse_args()
@@ -492,7 +513,7 @@ def main() -> int:
                   f"{left:.0f} s left)", flush=True)
             try:
                 row = bench_one(name, batch, time.perf_counter() + share, args.repeat, tmp,
-                                precision, args.layout, args.profile)
+                                precision, args.layout, args.profile, args.map_options)
             except BaseException as e:  # noqa: BLE001  (a row's failure never ends the run)
                 if isinstance(e, KeyboardInterrupt):
                     raise

@@ -22,7 +22,7 @@ kernel's device time of each precision (a separate run after the timed ones).
 
 ``--epilogues fragment,staged`` compiles each precision once per mma epilogue
 (ptxc/lower/gpu_map/mma_epilogue.py; the cuda loop pipeline's ``map-to-gpu{mma-epilogue=..}``,
-:func:`mma_epilogue`): rows ``fp16/fragment``, ``fp16/staged``, ...; the profile's rows carry
+:func:`bench/gpu.py map_options`): rows ``fp16/fragment``, ``fp16/staged``, ...; the profile's rows carry
 each kernel's tile (``... epilogue staged``) and the JSON each precision's staged / fragment
 images per second::
 
@@ -33,7 +33,6 @@ images per second::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -53,20 +52,6 @@ def _kernels(engine) -> dict:
         if k.schedule == "mma" and tile:
             tiles[tile] = tiles.get(tile, 0) + 1
     return {"schedules": scheds, "mma_tiles": tiles}
-
-
-@contextlib.contextmanager
-def mma_epilogue(epilogue: str):
-    """Compiles inside use ``epilogue`` for every mma kernel: map-to-gpu's ``mma-epilogue``
-    option in the cuda loop pipeline (the compile cache keys on that pipeline)."""
-    from ptxc import compiler
-    table = compiler.TARGET_STAGE_PIPELINES["cuda"]
-    saved = table["loop"]
-    table["loop"] = saved.replace("map-to-gpu", f"map-to-gpu{{mma-epilogue={epilogue}}}")
-    try:
-        yield
-    finally:
-        table["loop"] = saved
 
 
 def _tiles_into_profile(row: dict, engine) -> None:
@@ -124,7 +109,7 @@ def gpu_main(args) -> int:
                 kw["calibration"] = tables["int8"]
                 row["calibration_s"] = round(time.perf_counter() - t0, 1)
             t0 = time.perf_counter()
-            with mma_epilogue(epilogue):
+            with bench_gpu.map_options(f"mma-epilogue={epilogue}"):
                 engine = ptxc.compile(proto, target="cuda", **kw)
             row["compile_s"] = round(time.perf_counter() - t0, 1)
             row.update(_kernels(engine))

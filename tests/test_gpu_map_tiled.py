@@ -323,3 +323,34 @@ def test_ptx_assembles():
     for k in tiled:
         res = report.kernels[k.name]
         assert res.shared_bytes == k.shared_bytes > 0 and res.spill_stores == 0
+
+
+@pytest.mark.parametrize("model,want", [
+    (conv(c=8, oc=8, h=12, w=12, group=8), "pointwise"),   # depthwise: 9 reduction points
+    (conv(c=8, oc=16, h=10, w=10), "tiled"),               # 8 channels x 3 x 3 = 72 points
+])
+def test_min_reduction_leaves_short_reductions_to_pointwise(model, want):
+    """map-to-gpu{tiled-min-reduction=16}: a nest with fewer reduction points is declined by
+    the tiled schedule and mapped pointwise; the numbers do not move."""
+    from ptxc.rewrite import PassManager
+    module = run_stages(as_module(model), "loop")
+    inputs = model_inputs(model)
+    before = run_main(module, inputs)
+    nests = [T.analyze(o) for o in kernels(module) if o.name == "loop.parallel"]
+    points = {T.reduction_points(n) for n in nests if n is not None}
+    assert points and all((p < 16) == (want == "pointwise") for p in points), points
+    PassManager("map-to-gpu{tiled-min-reduction=16}").run(module)
+    schedules = [o.attributes["schedule"] for o in kernels(module) if o.name == "gpu.launch"]
+    # without the option both convs map tiled (test_depthwise_conv, test_grouped_conv)
+    assert ("tiled" in schedules) == (want == "tiled"), schedules
+    after = run_main(module, inputs)
+    for k in before:
+        np.testing.assert_allclose(after[k], before[k], rtol=1e-5,
+                                   atol=1e-5 * float(np.max(np.abs(before[k]))))
+
+
+def test_bad_min_reduction_option_is_a_compile_error():
+    from ptxc.errors import CompileError
+    from ptxc.rewrite import PassManager
+    with pytest.raises(CompileError, match="tiled-min-reduction must be"):
+        PassManager("map-to-gpu{tiled-min-reduction=-1}")

@@ -83,6 +83,12 @@ def _check_epilogue(instance, attribute, value):
                          f"is {value!r}")
 
 
+def _check_min_reduction(instance, attribute, value):
+    if not isinstance(value, int) or value < 0:
+        raise ValueError(f"tiled-min-reduction must be a count of reduction points >= 0, is "
+                         f"{value!r}")
+
+
 @register_pass
 @attrs.frozen
 class MapToGpu(Pass):
@@ -92,6 +98,11 @@ class MapToGpu(Pass):
     overshoots). ``block-size``: the most threads per block a pointwise launch uses.
     ``mma-epilogue``: ``fragment`` (default) or ``staged``, the epilogue of every mma kernel
     (mma_epilogue.py: accumulators staged through shared memory for coalesced stores).
+    ``tiled-min-reduction``: the tiled schedule declines a nest with fewer reduction points
+    (the product of its reduction loops' trips), which then goes to the pointwise schedule: a
+    depthwise 3x3 convolution (9 points) gains nothing from staging its operands in shared
+    memory (0, the default: the tiled schedule takes every nest it can; to be set from the
+    H200's timings, bench/gpu.py ``--map-options``).
 
     Before:
         "builtin.module"() ({
@@ -141,6 +152,7 @@ class MapToGpu(Pass):
     name = "map-to-gpu"
     block_size: int = attrs.field(default=256, validator=_check_block_size)
     mma_epilogue: str = attrs.field(default="fragment", validator=_check_epilogue)
+    tiled_min_reduction: int = attrs.field(default=0, validator=_check_min_reduction)
 
     def run(self, module: Operation) -> bool:
         return map_to_gpu(module, self)

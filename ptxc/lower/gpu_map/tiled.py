@@ -744,12 +744,21 @@ def emit(nest: Nest, p: Plan) -> Operation:
     return launch
 
 
+def reduction_points(nest: Nest) -> int:
+    """Iterations of the reduction nest's innermost body per output point: the product of its
+    loops' trips (a depthwise 3x3 conv: 9; a 3x3 conv over 64 channels: 576)."""
+    return math.prod(r.trips for r in nest.loops.values())
+
+
 def schedule(op: Operation, options=None) -> Operation | None:
     """Insert the tiled gpu.launch for ``op`` before it and return it, or None when the schedule
-    does not apply (``options`` is not consulted yet: tile sizes are chosen here)."""
+    does not apply. ``options``: map-to-gpu's ``tiled_min_reduction`` (tile sizes are chosen here)."""
     nest = analyze(op)
     if nest is None:
         return None
+    least = getattr(options, "tiled_min_reduction", 0)
+    if least and reduction_points(nest) < least:
+        return None  # a short reduction (a depthwise conv's 9 taps): the pointwise schedule's
     p = plan(nest)
     if p is None:
         return None
