@@ -38,8 +38,37 @@ def gpu_unavailable_reason() -> str | None:
     return None
 
 
+def _light_model_weight(item) -> int:
+    """The size in bytes of the light model a slow test is parametrized with (0 for any other
+    test): a proxy for its node count, hence for how long the test compiles (the models whose
+    random weights are large, vgg19, zfnet512 and bvlc_alexnet, are small files but still come
+    before every test that is not a light model's)."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or item.get_closest_marker("slow") is None:
+        return 0
+    import light_models as lm
+    sizes = [os.path.getsize(lm.path(v)) for v in callspec.params.values()
+             if isinstance(v, str) and v in lm.NAMES]
+    return max(sizes, default=0)
+
+
+def heaviest_first(items) -> None:
+    """Put the slow tests of the light models first, the largest model first; every other test
+    keeps its place after them (the sort is stable).
+
+    Why: the slow tier runs on two xdist workers, and its longest tests (a whole model compiled
+    for cpu or cuda) came last in collection order: the last of them ran on one worker while the
+    other sat idle. Started first and handed out one at a time (``.ci/run``: ``--maxschedchunk
+    1``), they spread over both workers, and the short tests fill the gaps at the end
+    (longest-processing-time-first scheduling)."""
+    weights = {id(item): _light_model_weight(item) for item in items}
+    items.sort(key=lambda item: -weights[id(item)])
+
+
 def pytest_collection_modifyitems(config, items):
-    """Skip every test marked ``gpu`` when no GPU is usable, with the reason."""
+    """Order the heaviest tests first (:func:`heaviest_first`); skip every test marked ``gpu``
+    when no GPU is usable, with the reason."""
+    heaviest_first(items)
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return

@@ -4,6 +4,7 @@ carrying its BN, ReLU and residual add; Inception's sibling 1x1 convs merged; no
 no Dropout or Identity."""
 
 import collections
+import functools
 
 import numpy as np
 import pytest
@@ -39,15 +40,18 @@ def test_graph_opt_keeps_numerics_vs_onnxruntime(name):
         lm.assert_matches_reference(got[k], ref[k])
 
 
-@pytest.fixture(scope="module")
-def light_optimized():
-    cache = {}
+@functools.lru_cache(maxsize=2)
+def _light_optimized(name):
+    return optimized(lm.load(name))
 
-    def get(name):
-        if name not in cache:
-            cache[name] = optimized(lm.load(name))
-        return cache[name]
-    return get
+
+@pytest.fixture
+def light_optimized():
+    """The graph-opt module of a light model, shared by the tests that only read it. A cache
+    beside the module, not a module-scoped fixture: the slow tier runs the light models' tests
+    model by model across files (tests/conftest.py ``heaviest_first``), which would tear a
+    module fixture down between them; the two most recent models are kept."""
+    return _light_optimized
 
 
 def test_default_pipeline_is_graph_opt():
