@@ -497,20 +497,28 @@ class _Builder:
                 for i in range(4):
                     m = add(b, m_base, mi * 16 + 8 * (i >= 2))
                     n = add(b, n_base, ni * 8 + (i & 1))
-                    guards = []
-                    if c.M % cfg.bm:
-                        guards.append(cmp(b, "lt", m, c.M))
-                    if c.N % cfg.bn:
-                        guards.append(cmp(b, "lt", n, c.N))
-                    eb = b
-                    if guards:
-                        cond = guards[0] if len(guards) == 1 else _and(b, *guards)
-                        _, eb = if_op(b, cond)
                     v = acc[(mi * ni_n + ni) * 4 + i]
-                    if self.ws is not None:
-                        eb.create("loop.store", [v, self.ws, [self.split, self.batch_lin, m, n]])
-                    else:
-                        self._point(eb, dict(self.batch), m, n, v)
+                    self._guarded_point(b, m, n, lambda eb, v=v: v)
+
+    def _guarded_point(self, b: Builder, m: Value, n: Value, value) -> None:
+        """At output (``m``, ``n``), under ``m < M`` / ``n < N`` where the tile can overhang:
+        the point program with the sum ``value(builder)`` (built inside the guard), or
+        split-K's store of it into the workspace. Both epilogues end here."""
+        c, cfg = self.c, self.cfg
+        guards = []
+        if c.M % cfg.bm:
+            guards.append(cmp(b, "lt", m, c.M))
+        if c.N % cfg.bn:
+            guards.append(cmp(b, "lt", n, c.N))
+        eb = b
+        if guards:
+            cond = guards[0] if len(guards) == 1 else _and(b, *guards)
+            _, eb = if_op(b, cond)
+        v = value(eb)
+        if self.ws is not None:
+            eb.create("loop.store", [v, self.ws, [self.split, self.batch_lin, m, n]])
+        else:
+            self._point(eb, dict(self.batch), m, n, v)
 
     def _point(self, b: Builder, syms: dict, m: Value, n: Value, total: Value) -> None:
         """The nest's point program at logical output (batch ``syms``, ``m``, ``n``) with the

@@ -72,8 +72,7 @@ next steps.
 from __future__ import annotations
 
 from ...dialects.gpu import barrier, shared
-from ...dialects.loop import if_op
-from .common import add, cmp, div, mul, sub
+from .common import add, div, mul, sub
 
 #: the values of :attr:`mma.Config.epilogue`
 EPILOGUES = ("fragment", "staged")
@@ -97,10 +96,6 @@ def staging_bytes(cfg, acc_bytes: int = 4) -> int:
         return 0
     w, r, n = staging_shape(cfg)
     return w * r * n * acc_bytes
-
-
-def _and(b, x, y):
-    return b.create("arith.and", [x, y]).result
 
 
 def staged(bld, b, acc: list) -> None:
@@ -152,18 +147,5 @@ def staged(bld, b, acc: list) -> None:
 def _read(bld, b, sE, r, col, m, n) -> None:
     """Element (r, col) of the lane's warp's slab, at output (m, n): guarded, the point program
     (or split-K's workspace store)."""
-    c, cfg = bld.c, bld.cfg
-    guards = []
-    if c.M % cfg.bm:
-        guards.append(cmp(b, "lt", m, c.M))
-    if c.N % cfg.bn:
-        guards.append(cmp(b, "lt", n, c.N))
-    eb = b
-    if guards:
-        cond = guards[0] if len(guards) == 1 else _and(b, *guards)
-        _, eb = if_op(b, cond)
-    v = eb.create("loop.load", [sE, [bld.warp, r, col]]).result
-    if bld.ws is not None:
-        eb.create("loop.store", [v, bld.ws, [bld.split, bld.batch_lin, m, n]])
-    else:
-        bld._point(eb, dict(bld.batch), m, n, v)
+    bld._guarded_point(b, m, n,
+                       lambda eb: eb.create("loop.load", [sE, [bld.warp, r, col]]).result)
