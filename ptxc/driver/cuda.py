@@ -141,6 +141,7 @@ class CudaProgram(DeviceInterop):
             at = _align(at + w.nbytes)
         self.weights_bytes = at
         self._arg_slots = {s.name: s for s in self.table.slots if s.kind == "arg"}
+        self._io_cache = None  # DeviceInterop._io_slots
         self.io_bytes = sum(_align(max(s.nbytes, 1)) for s in self._arg_slots.values())
         from .context import ContextPool
         self._error_offset = None  # the error flag's offset in the arena (run-time checks)
@@ -258,7 +259,8 @@ class CudaProgram(DeviceInterop):
             # blocking stream is invalidated by any legacy-default-stream call of another
             # thread (numba's cuda.to_device: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT on the H200)
             st.capture_stream = cdev.create_stream(options=cc.StreamOptions(nonblocking=True))
-            st.nstream = cuda.external_stream(int(st.stream.handle))
+            st.stream_handle = int(st.stream.handle)
+            st.nstream = cuda.external_stream(st.stream_handle)
         except Exception as e:  # noqa: BLE001
             raise DeviceError(f"cuda engine: creating the stream failed on {sh.device_arch} "
                               f"({_describe(e)})") from None
@@ -275,6 +277,7 @@ class CudaProgram(DeviceInterop):
                 drv.device_memset(b, 0xFF, b.nbytes, stream=st.nstream)
             if self._error_offset is not None:  # the error flag starts clear
                 st.flag = st.arena[self._error_offset:self._error_offset + 4]
+                st.flag_host = cuda.pinned_array(1, np.int32)
                 drv.device_memset(st.flag, 0, 4, stream=st.nstream)
             st.nstream.synchronize()
         except Exception as e:  # noqa: BLE001

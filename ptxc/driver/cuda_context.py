@@ -119,17 +119,18 @@ class CudaContext:
                     pass
 
     def _sync(self, st: _ContextState) -> None:
-        """Wait for the inference; then read the error flag (a set flag is cleared for the next
-        run and raised as IndexOutOfRangeError naming the check)."""
+        """Wait for the inference and read the error flag: it is copied into pinned host memory
+        behind the kernels, so one stream synchronize covers both (a set flag is cleared for
+        the next run and raised as IndexOutOfRangeError naming the check)."""
+        from numba.cuda.cudadrv import driver as drv
+        value = 0
         try:
+            if st.flag is not None:
+                drv.device_to_host(st.flag_host, st.flag, 4, stream=st.nstream)
             st.nstream.synchronize()
-            if st.flag is None:
-                return
-            flag = st.flag.copy_to_host(stream=st.nstream)
-            st.nstream.synchronize()
-            value = int(flag.view(np.int32)[0])
+            if st.flag is not None:
+                value = int(st.flag_host[0])
             if value:
-                from numba.cuda.cudadrv import driver as drv
                 drv.device_memset(st.flag, 0, 4, stream=st.nstream)
                 st.nstream.synchronize()
         except Exception as e:  # noqa: BLE001

@@ -111,8 +111,22 @@ class _ContextState:
         self.graphs = GraphCache()  # captured CUDA graphs by pointer set (None: the bindings')
         self.last = (None, None)  # (args, graph key) of the last inference: launch_times replays it
         self.flag = None          # the error flag: a 4-byte view of the arena (None: no checks)
+        self.flag_host = None     # numba pinned int32[1] the flag is copied into after each run
+        self.stream_handle = 0    # int(stream.handle): the CUstream of the driver calls
+        self.bound = {}           # pointer set -> cuda_interop.Binding (run_device)
+        self.foreign = {}         # CUstream handle -> cuda.core Stream (producers' streams)
         self.released = False
         shared.live_states += 1
+
+    def foreign_stream(self, handle: int):
+        """A cuda.core Stream over another library's ``handle`` (not owned: never closed),
+        kept for the next run (at most 16: a caller creating streams does not grow this)."""
+        s = self.foreign.get(handle)
+        if s is None:
+            if len(self.foreign) >= 16:
+                self.foreign.clear()
+            s = self.foreign[handle] = self.shared.cc.Stream.from_handle(int(handle))
+        return s
 
     def release(self) -> None:
         """Free what this context holds: graphs, stream, device memory (once; a second call
@@ -130,7 +144,8 @@ class _ContextState:
                 pass
         self.stream = self.nstream = self.capture_stream = None
         self.configs, self.args, self.ptrs, self.last = [], [], [], (None, None)
-        self.arena = self.flag = None
+        self.arena = self.flag = self.flag_host = None
+        self.bound, self.foreign = {}, {}
         self.bindings = {}
         _flush(self.shared.ctx)
 

@@ -97,6 +97,97 @@ class InteropCounts:
                     "last": dict(self.last)}
 
 
+@attrs.frozen
+class IoSlot:
+    """What run_device checks a caller's array against, for one input or output: its slot's
+    index in the table (its pointer's place), shape, dtype, bytes, type (for messages) and
+    whether its layout is the default (row-major) one."""
+
+    index: int
+    shape: tuple
+    dtype: np.dtype
+    nbytes: int
+    type: str
+    default_layout: bool
+
+
+_DTYPES: dict = {}   # CUDA array interface typestr -> numpy dtype
+
+
+def _c_contiguous(shape: tuple, strides: tuple, itemsize: int) -> bool:
+    """Whether byte ``strides`` are row-major for ``shape`` (extent-1 axes may have any)."""
+    step = itemsize
+    for extent, stride in zip(reversed(shape), reversed(strides)):
+        if extent != 1 and stride != step:
+            return False
+        step *= extent
+    return True
+
+
+def device_array_pointer(x, slot: IoSlot, where: str, output: bool = False
+                         ) -> tuple[int, int | None]:
+    """(pointer, producer stream or None) of the device array ``x``, read from its
+    ``__cuda_array_interface__`` (torch, cupy, numba) or, without one, its ``__dlpack__``
+    (cuda.core's StridedMemoryView), and checked against ``slot``: shape, dtype, C-contiguous,
+    and writable if it is an ``output``; a BindingError naming ``where`` otherwise.
+
+    The interface is read here rather than through numba's ``as_cuda_array``, which builds a
+    device array object and synchronizes the host with the producer's stream: together ~0.1 ms
+    of each run_device call on the H200 (bench/host_overhead.py). The producer's stream is
+    returned instead, for the caller to order the inference after it on the device.
+
+    Example: a torch float32 tensor of shape (1, 4) at 0x7f0000 on the legacy stream ->
+    ``(0x7f0000, 1)`` for a slot of float32[1, 4]; a (4, 1) tensor -> BindingError "... is
+    float32[4, 1], expected ...".
+    """
+    if isinstance(x, np.ndarray):  # numpy exports __dlpack__ too: name the mistake
+        raise BindingError(f"{where} is a numpy array in host memory, not a device array; "
+                           "run() takes host arrays")
+    try:
+        d = x.__cuda_array_interface__
+    except AttributeError:
+        d = None
+    except Exception as e:  # noqa: BLE001  (torch: a tensor that requires grad)
+        raise BindingError(f"{where}: its device array interface is not usable "
+                           f"({describe(e)})") from None
+    try:
+        if d is not None:
+            shape, typestr = tuple(d["shape"]), d["typestr"]
+            ptr, readonly = d["data"]
+            strides, stream = d.get("strides"), d.get("stream")
+            dtype = _DTYPES.get(typestr)
+            if dtype is None:
+                dtype = _DTYPES[typestr] = np.dtype(typestr)
+            if d.get("mask") is not None:
+                raise BindingError(f"{where} has a mask (__cuda_array_interface__), which "
+                                   "run_device does not take")
+        elif hasattr(x, "__dlpack__"):
+            from cuda.core.utils import StridedMemoryView
+            m = StridedMemoryView(x, stream_ptr=-1)
+            if not m.is_device_accessible:
+                raise BindingError(f"{where} is host memory (DLPack); run() takes host arrays")
+            shape, dtype, ptr, readonly, stream = (tuple(m.shape), np.dtype(m.dtype), m.ptr,
+                                                   m.readonly, None)
+            strides = m.strides and tuple(k * dtype.itemsize for k in m.strides)
+        else:
+            raise BindingError(f"{where} is a {type(x).__name__}, not a device array "
+                               "(__cuda_array_interface__ or __dlpack__); run() takes host "
+                               "arrays")
+    except PtxcError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise BindingError(f"{where}: its device array interface is not usable "
+                           f"({describe(e)})") from None
+    if shape != slot.shape or dtype != slot.dtype:
+        raise BindingError(f"{where} is {dtype}{list(shape)}, expected {slot.type}")
+    if strides is not None and slot.nbytes and not _c_contiguous(shape, strides,
+                                                                 dtype.itemsize):
+        raise BindingError(f"{where} is not C-contiguous")
+    if readonly and output:
+        raise BindingError(f"{where} is read-only")
+    return int(ptr or 0), stream
+
+
 def describe(e: Exception) -> str:
     from .cuda import _describe
     return _describe(e)
@@ -143,42 +234,33 @@ class DeviceInterop:
                 ctx._sync(st)
                 return [float(b - a) for a, b in pairs]
 
-    def _device_view(self, st: object, n: str, x, what: str):
-        """A numba device array over ``x``'s memory (no copy), checked against binding ``n``."""
-        cuda = st.cuda
-        s = self._arg_slots[n]
-        try:
-            if isinstance(x, np.ndarray):  # numpy exports __dlpack__ too: name the mistake
-                raise BindingError(f"run_device: {what} {n!r} is a numpy array in host memory, "
-                                   "not a device array; run() takes host arrays")
-            if hasattr(x, "__cuda_array_interface__"):
-                v = cuda.as_cuda_array(x)  # synchronizes the stream it names, if any
-            elif hasattr(x, "__dlpack__"):
-                from cuda.core.utils import StridedMemoryView
-                m = StridedMemoryView(x, stream_ptr=-1)
-                if not m.is_device_accessible:
-                    raise BindingError(f"run_device: {what} {n!r} is host memory (DLPack); "
-                                       "run() takes host arrays")
-                desc = {"shape": tuple(m.shape), "strides": m.strides and tuple(
-                    k * np.dtype(m.dtype).itemsize for k in m.strides),
-                        "typestr": np.dtype(m.dtype).str, "data": (int(m.ptr), False),
-                        "version": 3}
-                v = cuda.from_cuda_array_interface(desc, owner=x, sync=False)
-            else:
-                raise BindingError(f"run_device: {what} {n!r} is a {type(x).__name__}, not a "
-                                   "device array (__cuda_array_interface__ or __dlpack__); "
-                                   "run() takes host arrays")
-        except PtxcError:
-            raise
-        except Exception as e:  # noqa: BLE001
-            raise BindingError(f"run_device: {what} {n!r}: its device array interface is not "
-                               f"usable ({describe(e)})") from None
-        if tuple(v.shape) != tuple(s.shape) or v.dtype != np.dtype(s.dtype):
-            raise BindingError(f"run_device: {what} {n!r} is {v.dtype}{list(v.shape)}, "
-                               f"expected {s.type}")
-        if v.size and not v.is_c_contiguous():
-            raise BindingError(f"run_device: {what} {n!r} is not C-contiguous")
-        return v
+    def _io_slots(self) -> dict:
+        """name -> :class:`IoSlot` of every input and output (computed once: a slot's type is
+        rebuilt on each access, which cost ~0.1 ms per run_device on the H200)."""
+        io = self._io_cache
+        if io is None:
+            index = {s.name: i for i, s in enumerate(self.table.slots) if s.kind == "arg"}
+            io = {}
+            for n in self.table.inputs + self.table.outputs:
+                s = self._arg_slots[n]
+                t = s.type
+                io[n] = IoSlot(index[n], tuple(t.shape), np.dtype(s.dtype), s.nbytes, str(t),
+                               t.is_default_layout)
+            self._io_cache = io
+        return io
+
+    def _device_pointer(self, n: str, x, what: str) -> tuple[int, int | None]:
+        """(device pointer, producer stream or None) of ``x`` for binding ``n`` (``what``:
+        "input" or "out"), checked against its shape, dtype and C-contiguity
+        (:func:`device_array_pointer`)."""
+        return device_array_pointer(x, self._io_slots()[n], f"run_device: {what} {n!r}",
+                                    output=what == "out")
+
+    @staticmethod
+    def _copy_on_device(st: object, dst: int, src: int, nbytes: int) -> None:
+        """Queue a device-to-device copy of ``nbytes`` on the context's stream."""
+        from numba.cuda.cudadrv.driver import driver
+        driver.cuMemcpyDtoDAsync(dst, src, nbytes, st.stream_handle)
 
     @staticmethod
     def _caller_stream(st: object, stream):
@@ -207,6 +289,57 @@ def _ptr(v) -> int:
     return int(v.device_ctypes_pointer.value or 0)
 
 
+#: streams that need no ordering: none named, and the legacy default stream (0 or 1), after
+#: which a context's stream (blocking) is ordered by CUDA itself
+_ORDERED_STREAMS = (None, 0, 1)
+#: pointer sets whose binding a context keeps (:class:`Binding`)
+BINDINGS_KEPT = 16
+
+
+@attrs.frozen
+class Binding:
+    """How one set of caller pointers enters the kernels (a context keeps the last
+    ``BINDINGS_KEPT``, so a caller that reuses its tensors pays this once): ``why`` per binding
+    (None: bound directly; else why it is copied, :func:`binding_plan`), the kernels' pointer
+    arguments (None: the engine's own) and their CUDA graph key, the input copies
+    ``(engine binding, caller pointer, bytes)``, and the bookkeeping of
+    :class:`InteropCounts`. Example: x and an ``out=`` y both aligned and disjoint -> why
+    ``{"x": None, "y": None}``, args with both pointers, no copies, direct 2."""
+
+    why: dict
+    args: list | None
+    key: tuple | None
+    copy_in: tuple
+    direct: int
+    last: dict
+
+
+def plan_binding(p, st, ins: dict, targets: dict) -> Binding:
+    """The :class:`Binding` of context state ``st`` of program ``p`` for caller pointers
+    ``ins`` (every input) and ``targets`` (the ``out=`` outputs), by name."""
+    io = p._io_slots()
+    why = binding_plan({n: (ptr, io[n].nbytes) for n, ptr in ins.items()},
+                       {n: (ptr, io[n].nbytes) for n, ptr in targets.items()})
+    ptrs = list(st.ptrs)
+    for n, ptr in {**ins, **targets}.items():
+        if why[n] is None and io[n].nbytes:
+            ptrs[io[n].index] = ptr
+    last = {}
+    for n in p.table.inputs + p.table.outputs:
+        direct = n in why and why[n] is None
+        last[n] = ("direct" if direct else why.get(n) or "fresh output (no out=)",
+                   ptrs[io[n].index])
+    copy_in = tuple((ptrs[io[n].index], ptr, io[n].nbytes) for n, ptr in ins.items()
+                    if why[n] is not None and io[n].nbytes)
+    if ptrs == st.ptrs:
+        args = key = None
+    else:
+        args = [tuple(ptrs[i] for i in k.buffers) for k in p.table.kernels]
+        key = tuple(ptrs[s.index] for s in io.values())
+    return Binding(why, args, key, copy_in,
+                   sum(1 for n, w in why.items() if w is None and io[n].nbytes), last)
+
+
 def run_device(ctx, inputs: dict, out: dict | None = None, stream=None) -> dict:
     """One inference of context ``ctx`` from device arrays to device arrays, binding the
     caller's memory into the kernels where :func:`binding_plan` allows (module docstring).
@@ -220,14 +353,19 @@ def run_device(ctx, inputs: dict, out: dict | None = None, stream=None) -> dict:
     ``__cuda_stream__``, a numba stream, or a ``CUstream`` address as an int): the inference is
     ordered after the work queued on it so far, the work queued on it later waits for the
     inference, and this returns without waiting (as a TensorRT ``enqueueV3``); without
-    ``stream`` the outputs are complete on return."""
+    ``stream`` the outputs are complete on return. An array whose interface names the stream
+    that produces it (``__cuda_array_interface__`` v3) is waited for on the device.
+
+    The host's share of a call is kept small (at batch 1 it decides the latency): the
+    interfaces are read directly (:func:`device_array_pointer`), the binding of a pointer set
+    seen before is reused (:class:`Binding`), and the inference is one CUDA graph launch."""
     from .cuda import _describe, _is_oom
     p = ctx.program
     p._check_names(inputs, "device array")
-    for n in p.table.inputs + p.table.outputs:
-        t = p._arg_slots[n].type
-        if not t.is_default_layout:
-            raise BindingError(f"run_device: binding {n!r} has layout {t}, which a "
+    io = p._io_slots()
+    for n, s in io.items():
+        if not s.default_layout:
+            raise BindingError(f"run_device: binding {n!r} has layout {s.type}, which a "
                                "device-to-device copy cannot scatter; use run()")
     out = dict(out or {})
     unknown = sorted(set(out) - set(p.table.outputs))
@@ -236,51 +374,48 @@ def run_device(ctx, inputs: dict, out: dict | None = None, stream=None) -> dict:
                            f"are {list(p.table.outputs)}")
     with ctx._lock:
         st = ctx._ready()
-        cuda = st.shared.cuda
-        from numba.cuda.cudadrv import driver as drv
-        views = {n: p._device_view(st.shared, n, inputs[n], "input") for n in p.table.inputs}
-        targets = {n: p._device_view(st.shared, n, a, "out") for n, a in out.items()}
+        ins, targets, producers = {}, {}, set()
+        for n in p.table.inputs:
+            ins[n], s = p._device_pointer(n, inputs[n], "input")
+            producers.add(s)
+        for n, a in out.items():
+            targets[n], s = p._device_pointer(n, a, "out")
+            producers.add(s)
         caller = p._caller_stream(st.shared, stream) if stream is not None else None
-        if caller is not None:
-            try:
-                st.stream.wait(caller)  # after what the caller queued so far
-            except Exception as e:  # noqa: BLE001
-                raise DeviceError(f"run_device: cannot order after the caller's stream "
-                                  f"({_describe(e)})") from None
-        nbytes = {n: s.nbytes for n, s in p._arg_slots.items()}
-        why = binding_plan({n: (_ptr(v), nbytes[n]) for n, v in views.items()},
-                           {n: (_ptr(v), nbytes[n]) for n, v in targets.items()})
-        index = {s.name: i for i, s in enumerate(p.table.slots) if s.kind == "arg"}
-        ptrs = list(st.ptrs)
-        last, copied, copied_bytes = {}, 0, 0
-        for n, v in {**views, **targets}.items():
-            if why[n] is None and nbytes[n]:
-                ptrs[index[n]] = _ptr(v)
-        for n in p.table.inputs + p.table.outputs:
-            direct = n in why and why[n] is None
-            last[n] = ("direct" if direct else why.get(n) or "fresh output (no out=)",
-                       ptrs[index[n]])
         try:
-            for n, v in views.items():
-                if why[n] is not None and nbytes[n]:
-                    drv.device_to_device(st.bindings[n], v, nbytes[n], stream=st.nstream)
-                    copied, copied_bytes = copied + 1, copied_bytes + nbytes[n]
+            if caller is not None:
+                st.stream.wait(caller)  # after what the caller queued so far
+            for s in producers.difference(_ORDERED_STREAMS):
+                st.stream.wait(st.foreign_stream(s))  # after the arrays' producers
+        except Exception as e:  # noqa: BLE001
+            raise DeviceError(f"run_device: cannot order after the caller's stream or the "
+                              f"streams that produce the arrays ({_describe(e)})") from None
+        key = (tuple(ins.values()), tuple(sorted(targets.items())))
+        b = st.bound.get(key)
+        if b is None:
+            b = st.bound[key] = plan_binding(p, st, ins, targets)
+            while len(st.bound) > BINDINGS_KEPT:
+                del st.bound[next(iter(st.bound))]
+        copied = copied_bytes = 0
+        try:
+            for dst, src, nbytes in b.copy_in:
+                p._copy_on_device(st, dst, src, nbytes)
+                copied, copied_bytes = copied + 1, copied_bytes + nbytes
         except Exception as e:  # noqa: BLE001
             raise DeviceError(f"cuda engine: copying the inputs on the device failed "
                               f"({_describe(e)})") from None
-        if ptrs == st.ptrs:
-            ctx._launch_all(st)
-        else:
-            args = [tuple(ptrs[i] for i in k.buffers) for k in p.table.kernels]
-            ctx._launch_all(st, args, tuple(ptrs[index[n]] for n in index))
+        ctx._launch_all(st, b.args, b.key)
         outs = {}
         for n in p.table.outputs:
-            s = p._arg_slots[n]
-            if n in targets and why[n] is None:
+            s = io[n]
+            if n in targets and b.why[n] is None:
                 continue  # the kernels wrote it
             try:
-                outs[n] = targets[n] if n in targets else cuda.device_array(
-                    s.shape, np.dtype(s.dtype))
+                if n in targets:
+                    dst = targets[n]
+                else:
+                    outs[n] = st.shared.cuda.device_array(s.shape, s.dtype)
+                    dst = _ptr(outs[n])
             except Exception as e:  # noqa: BLE001
                 if _is_oom(e):
                     raise OutOfMemoryError(f"run_device: out of device memory for output "
@@ -289,13 +424,12 @@ def run_device(ctx, inputs: dict, out: dict | None = None, stream=None) -> dict:
                                   f"({_describe(e)})") from None
             try:
                 if s.nbytes:
-                    drv.device_to_device(outs[n], st.bindings[n], s.nbytes, stream=st.nstream)
+                    p._copy_on_device(st, dst, st.ptrs[s.index], s.nbytes)
                     copied, copied_bytes = copied + 1, copied_bytes + s.nbytes
             except Exception as e:  # noqa: BLE001
                 raise DeviceError(f"cuda engine: the inference or the copy of output {n!r} "
                                   f"failed ({_describe(e)})") from None
-        p.interop.add(direct=sum(1 for n, w in why.items() if w is None and nbytes[n]),
-                      copied=copied, copied_bytes=copied_bytes, last=last)
+        p.interop.add(direct=b.direct, copied=copied, copied_bytes=copied_bytes, last=b.last)
         if caller is not None:
             try:
                 caller.wait(st.stream)  # the caller's later work waits for the inference
