@@ -430,10 +430,14 @@ def environment() -> dict:
     env = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "python": platform.python_version(),
            "host": platform.node()}
     try:
+        here = os.path.dirname(os.path.abspath(__file__))
         env["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
                                        capture_output=True, text=True, timeout=10,
-                                       cwd=os.path.dirname(os.path.abspath(__file__))
-                                       ).stdout.strip() or None
+                                       cwd=here).stdout.strip() or None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, cwd=here).stdout
+        if env["commit"] and dirty.strip():  # the numbers are not those of the commit alone
+            env["commit"] += " + uncommitted changes"
     except Exception:  # noqa: BLE001  (the device machine's copy may have no git)
         env["commit"] = None
     for mod in ("torch", "torchvision", "onnx", "numba_cuda", "llvmlite", "numpy"):
@@ -503,7 +507,8 @@ def main() -> int:
 
     header = (f"{env.get('date')}, commit {env.get('commit')}, {env.get('gpu')} "
               f"({env.get('capability')}), torch {env.get('torch')}, numba-cuda "
-              f"{env.get('numba_cuda')}; fp32 everywhere (TF32 off); latency = median of "
+              f"{env.get('numba_cuda')}; precisions {args.precisions} (fp32: TF32 off); "
+              f"latency = median of "
               f"synchronize-bracketed calls; ptxc = run_device with CUDA graph")
     with tempfile.TemporaryDirectory(prefix="ptxc_bench_") as tmp:
         for i, (name, batch, precision) in enumerate(configs):

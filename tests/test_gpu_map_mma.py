@@ -210,11 +210,12 @@ def test_inspect_names_the_tile_and_precision(tmp_path):
     from ptxc.driver.engine import Engine
     from ptxc.driver.plan_inspect import inspect_plan
     m, _, _ = mapped(matmul_model(**MATMULS["split_k"]))
-    assert launches(m)[0].attributes["tile"] == "f16 32x64x64 warps 1x2 stages 3 split-K 4"
+    assert launches(m)[0].attributes["tile"] == \
+        "f16 32x64x64 warps 1x2 stages 3 split-K 4 epilogue staged"  # map-to-gpu's default
     engine = Engine.for_cuda(m)
     engine.save(tmp_path / "mm.plan")
     text = inspect_plan(tmp_path / "mm.plan")
-    assert "schedule mma [f16 32x64x64 warps 1x2 stages 3 split-K 4]" in text
+    assert "schedule mma [f16 32x64x64 warps 1x2 stages 3 split-K 4 epilogue staged]" in text
     # the split-K partials are f32, the operands f16: the mma kernel's line names both
     (line,) = [ln for ln in text.splitlines() if "schedule mma" in ln]
     assert "precision f16+f32" in line

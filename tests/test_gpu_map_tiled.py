@@ -29,13 +29,17 @@ def kernels(module):
 
 
 def map_tiled(module):
-    """Apply the tiled schedule to every top-level nest (as map-to-gpu does for this schedule);
-    returns the launches it built and the number of nests it declined."""
+    """Apply the tiled schedule to every top-level nest (as map-to-gpu does for this schedule),
+    with ``tiled-min-reduction=0`` (every nest it can take: the depthwise convs below too,
+    which map-to-gpu's default leaves to the pointwise schedule); returns the launches it built
+    and the number of nests it declined."""
+    from ptxc.lower.gpu_map import MapToGpu
+    take_all = MapToGpu(tiled_min_reduction=0)
     launches, declined = [], 0
     for op in kernels(module):
         if op.name not in ("loop.parallel", "loop.for", "loop.copy"):
             continue
-        launch = T.schedule(op, None)
+        launch = T.schedule(op, take_all)
         if launch is None:
             declined += 1
             continue
@@ -330,8 +334,8 @@ def test_ptx_assembles():
     (conv(c=8, oc=16, h=10, w=10), "tiled"),               # 8 channels x 3 x 3 = 72 points
 ])
 def test_min_reduction_leaves_short_reductions_to_pointwise(model, want):
-    """map-to-gpu{tiled-min-reduction=16}: a nest with fewer reduction points is declined by
-    the tiled schedule and mapped pointwise; the numbers do not move."""
+    """map-to-gpu{tiled-min-reduction=16} (the default): a nest with fewer reduction points is
+    declined by the tiled schedule and mapped pointwise; the numbers do not move."""
     from ptxc.rewrite import PassManager
     module = run_stages(as_module(model), "loop")
     inputs = model_inputs(model)
@@ -341,7 +345,7 @@ def test_min_reduction_leaves_short_reductions_to_pointwise(model, want):
     assert points and all((p < 16) == (want == "pointwise") for p in points), points
     PassManager("map-to-gpu{tiled-min-reduction=16}").run(module)
     schedules = [o.attributes["schedule"] for o in kernels(module) if o.name == "gpu.launch"]
-    # without the option both convs map tiled (test_depthwise_conv, test_grouped_conv)
+    # with tiled-min-reduction=0 both convs map tiled (test_depthwise_conv, test_grouped_conv)
     assert ("tiled" in schedules) == (want == "tiled"), schedules
     after = run_main(module, inputs)
     for k in before:

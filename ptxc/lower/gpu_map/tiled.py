@@ -750,13 +750,17 @@ def reduction_points(nest: Nest) -> int:
     return math.prod(r.trips for r in nest.loops.values())
 
 
+#: map-to-gpu's tiled-min-reduction default (timed on the H200: MapToGpu's docstring)
+DEFAULT_MIN_REDUCTION = 16
+
+
 def schedule(op: Operation, options=None) -> Operation | None:
     """Insert the tiled gpu.launch for ``op`` before it and return it, or None when the schedule
     does not apply. ``options``: map-to-gpu's ``tiled_min_reduction`` (tile sizes are chosen here)."""
     nest = analyze(op)
     if nest is None:
         return None
-    least = getattr(options, "tiled_min_reduction", 0)
+    least = getattr(options, "tiled_min_reduction", DEFAULT_MIN_REDUCTION)
     if least and reduction_points(nest) < least:
         return None  # a short reduction (a depthwise conv's 9 taps): the pointwise schedule's
     p = plan(nest)
