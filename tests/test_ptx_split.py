@@ -1,6 +1,7 @@
 """ptxc.ptx.split and ptxc.ptx.jobs: one module per kernel, identical kernels compiled once,
 the PTX joined, compiled in several processes or in one with the same result."""
 
+import os
 import re
 
 import numpy as np
@@ -176,3 +177,33 @@ def test_fewer_collections_restores_the_thresholds():
             assert gc.get_threshold() == COMPILE_THRESHOLDS
         assert gc.get_threshold() == COMPILE_THRESHOLDS
     assert gc.get_threshold() == before
+
+
+@pytest.mark.slow
+def test_parallel_compile_from_a_script_without_a_main_guard(tmp_path):
+    """A user's script that compiles at its top level (no ``if __name__ == "__main__"``): the
+    pool's processes must not re-run it (multiprocessing's forkserver and spawn import the main
+    script into every child unless told otherwise; the child's compile then died with 'a code
+    generation process died')."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = tmp_path / "user_script.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path[:0] = [{root!r}, {os.path.join(root, 'tests')!r}]\n"
+        "import ptxc\n"
+        "from ptxc.ptx import jobs\n"
+        "from test_ptx_split import mapped, twin_convs\n"
+        "from ptxc.ptx import lower_to_ptx\n"
+        "jobs.MIN_PARALLEL_BYTES = 0\n"
+        "calls = []\n"
+        "real = jobs.run_pool\n"
+        "jobs.run_pool = lambda *a: calls.append(1) or real(*a)\n"
+        "prog = lower_to_ptx(mapped(twin_convs()), arch='sm_90', jobs=2)\n"
+        "assert calls and '.entry' in prog.ptx\n"
+        "print('compiled', len(calls))\n")
+    env = {**os.environ, "PTXC_CACHE": "0"}
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=300, env=env, cwd=tmp_path)
+    assert r.returncode == 0 and "compiled 1" in r.stdout, r.stderr[-3000:]

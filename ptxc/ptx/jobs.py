@@ -14,6 +14,9 @@ shares nothing with another, so it runs in a pool of processes when several core
   worker starts in milliseconds, and no fork happens from a process running other threads);
   they end when the compile does. Largest modules go first, so the slowest kernel starts
   at once.
+* The workers do not import the caller's main script (:func:`_main_hidden`): multiprocessing
+  would re-run it in each of them, and a script that compiles at its top level, with no
+  ``if __name__ == "__main__"`` guard, then had every worker start a compile of its own and die.
 
 Before -> after (ResNet-50, batch 32, fp16; see bench/RESULTS.md "Compile time"): one module,
 O3 + codegen of every kernel on one core -> one module per distinct kernel on every core.
@@ -21,8 +24,10 @@ O3 + codegen of every kernel on one core -> one module per distinct kernel on ev
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import sys
 import time
 
 from ..errors import CompileError
@@ -78,6 +83,26 @@ def _pool_context():
         return multiprocessing.get_context("spawn")
 
 
+@contextlib.contextmanager
+def _main_hidden():
+    """While the pool's processes start: ``__main__`` looks like an interactive session's (no
+    ``__file__``, no ``__spec__``), so multiprocessing does not import the main script into
+    them (``spawn.get_preparation_data``). The workers need nothing of it: they run
+    :func:`_work`, which this module defines."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main and k in main.__dict__}
+    try:
+        for k in saved:
+            if k == "__spec__":
+                main.__spec__ = None
+            else:
+                del main.__dict__[k]
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
+
+
 def compile_modules(texts: list[str], arch: str, opt_level: int = 3,
                     jobs: int | None = None) -> list[tuple[str, dict]]:
     """(PTX, step seconds) of each module text, in order (see the module docstring)."""
@@ -99,7 +124,8 @@ def run_pool(texts: list[str], arch: str, opt_level: int, jobs: int) -> list[tup
     out: list = [None] * len(texts)
     try:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context()) as ex:
-            futures = {i: ex.submit(_work, (texts[i], arch, opt_level)) for i in order}
+            with _main_hidden():  # the workers start at submit
+                futures = {i: ex.submit(_work, (texts[i], arch, opt_level)) for i in order}
             for i, f in futures.items():
                 out[i] = f.result()
     except BrokenProcessPool as e:
