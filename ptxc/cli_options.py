@@ -24,9 +24,10 @@ import attrs
 
 from .errors import PtxcError
 
-_LAYOUT_HELP = ("nchw (the default: ONNX's layout), nhwc (convolutions run channels-last "
-                "inside, filters KRSC; inputs and outputs unchanged), auto (nhwc on cuda for "
-                "conv-heavy graphs); docs/graph-opt.md, 'Layout'")
+_LAYOUT_HELP = ("auto (the default: nhwc on cuda for conv-heavy graphs in fp16, tf32 or int8, "
+                "else nchw), nchw (ONNX's layout), nhwc (convolutions run channels-last "
+                "inside, filters KRSC; inputs and outputs unchanged); docs/graph-opt.md, "
+                "'Layout'")
 
 
 @attrs.frozen
@@ -63,7 +64,7 @@ OPTIONS = {o.dest: o for o in (
     _opt("--tf32", action="store_true", compile_only=True, help="compile with precision tf32"),
     _opt("--precision-override", action="append", metavar="NODE=fp32", compile_only=True,
          help="keep ONNX node NODE in fp32 under --fp16/--tf32 (repeatable)"),
-    _opt("--layout", default="nchw", choices=("nchw", "nhwc", "auto"), compile_only=True,
+    _opt("--layout", default="auto", choices=("nchw", "nhwc", "auto"), compile_only=True,
          help=_LAYOUT_HELP),
     _opt("--input-shape", action="append", metavar="NAME=DIMS", compile_only=True,
          help="bind an input's symbolic dims, e.g. data=1x3x224x224 (repeatable)"),

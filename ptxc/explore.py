@@ -85,7 +85,7 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
             print_ir_after_all: bool = False, print_ir_after_change: bool = False,
             dump_dir: str | None = None, timing: bool = False, check_numerics: bool = False,
             elide_constants: bool = True, report: bool = False, explain: bool = False,
-            target: str | None = None, arch: str | None = None, layout: str = "nchw",
+            target: str | None = None, arch: str | None = None, layout: str = "auto",
             dump_constants: bool = False) -> str:
     """The IR of ``model`` (path, ModelProto, Network or module) at the end of ``stage``, for
     ``target`` (default cpu; cuda for stage ``ptx``); ``arch`` is the CUDA arch of stage ``ptx``.
@@ -107,7 +107,7 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
                            "not depend on it")
     module = _as_module(model, input_shapes, constant_inputs)
     from .compiler import graph_pipeline, layout_passes, resolve_layout
-    extra = layout_passes(resolve_layout(layout, module, target), target)
+    extra = layout_passes(resolve_layout(layout, module, target, precision), target)
     before = op_counts(module)
     stream = io.StringIO()
     from .rewrite.explain import Explain

@@ -401,16 +401,21 @@ def test_cpu_engine_matches_onnxruntime_and_nchw():
 
 
 def test_auto_policy():
+    """layout="auto" (the default): channels-last on cuda for conv-heavy graphs in a tensor-core
+    precision, channels-first elsewhere."""
     from ptxc.compiler import resolve_layout
     few = ptxc.import_onnx(conv_model())
-    assert resolve_layout("auto", few, "cuda") == "nchw"  # two convs: not conv-heavy
-    assert resolve_layout("auto", few, "cpu") == "nchw"
+    assert resolve_layout("auto", few, "cuda", "fp16") == "nchw"  # two convs: not conv-heavy
+    assert resolve_layout("auto", few, "cpu", "fp16") == "nchw"
     many = ptxc.import_onnx(model(
         [helper.make_node("Conv", [f"x{i}", "w"], [f"x{i + 1}"], pads=[1, 1, 1, 1])
          for i in range(4)], [("x0", (1, 4, 6, 6))], ["x4"], [("w", w(4, 4, 3, 3))]))
-    assert resolve_layout("auto", many, "cuda") == "nhwc"
-    assert resolve_layout("auto", many, "cpu") == "nchw"
+    for precision in ("fp16", "tf32", "int8"):   # the mma schedule's precisions
+        assert resolve_layout("auto", many, "cuda", precision) == "nhwc"
+    assert resolve_layout("auto", many, "cuda") == "nchw"   # fp32: the tiled schedule
+    assert resolve_layout("auto", many, "cpu", "fp16") == "nchw"
     assert resolve_layout("nhwc", few, "cpu") == "nhwc"
+    assert resolve_layout("nchw", many, "cuda", "fp16") == "nchw"
 
 
 def test_explore_report_counts_the_transposes():

@@ -343,16 +343,21 @@ def test_light_model_fp16_on_cpu_matches_onnxruntime_fp32(name):
 # ---- the cuda target -----------------------------------------------------------------------------
 
 @pytest.mark.slow
-@pytest.mark.parametrize("precision", ["fp16", "tf32"])
-@pytest.mark.parametrize("name", ["squeezenet", "resnet50", "inception_v1"])
-def test_light_model_ptx_in_reduced_precision_assembles(name, precision):
+@pytest.mark.parametrize("name, precision, layout", [
+    (name, precision, "auto") for name in ["squeezenet", "resnet50", "inception_v1"]
+    for precision in ["fp16", "tf32"]] + [
+    ("squeezenet", "fp16", "nchw"),  # channels-first: the mma schedule's scalar operand copies
+])
+def test_light_model_ptx_in_reduced_precision_assembles(name, precision, layout):
     """Mapped to the GPU in fp16/tf32, the light models' PTX assembles with ptxas (f16 loads and
-    stores, cvt between f16 and f32, the tf32 rounding), one entry per launch."""
+    stores, cvt between f16 and f32, the tf32 rounding), one entry per launch; in the default
+    layout (channels-last for these), and one model channels-first."""
     from test_ptx import check_mapped_ptx, needs_ptxas  # noqa: F401
     from ptxc.ptx import ptxas_path
     if ptxas_path() is None:
         pytest.skip("ptxas (CUDA toolkit) is not installed on this machine")
-    m = loop_module(lm.path(name), precision, target="cuda")
+    m = as_module(lm.path(name))
+    run_stages(m, "loop", precision=precision, target="cuda", layout=layout)
     p, rep = check_mapped_ptx(m)
     if precision == "fp16":
         assert ".b16" in p.ptx or ".f16" in p.ptx
