@@ -1,14 +1,18 @@
 """INT8 accuracy on real data without a download: a small CNN trained on scikit-learn's bundled
 digits (8x8 grey images, 1797 samples) on the CPU with numpy, exported to ONNX, then evaluated on
-the held-out split in fp32 and in int8 with each calibrator (ptxc.calib), on ptxc's cpu engine.
+the held-out split in fp32, fp16 and in int8 with each calibrator (ptxc.calib), on ptxc's cpu
+engine or (``--target cuda``) its cuda engine.
 
     PYTHONPATH=. python bench/digits_int8.py            # train (if needed), evaluate, print
     PYTHONPATH=. python bench/digits_int8.py --retrain  # train again, overwrite the model
+    PYTHONPATH=. python bench/digits_int8.py --target cuda
 
 The trained model is committed (bench/models/digits_cnn.onnx) so the evaluation is repeatable;
 training takes well under a minute (numpy, Adam, seed 0). Split: sklearn's train_test_split,
-test_size=0.25, random_state=0 (1347 train, 450 held out). Calibration: the first 500 training
-images (TensorRT's guidance: a few hundred representative samples).
+test_size=0.25, random_state=0 (1347 train, 450 held out), committed too
+(bench/models/digits_split.npz, 60 KB), so a machine without scikit-learn (the GPU machine)
+evaluates the same images. Calibration: the first 500 training images (TensorRT's guidance: a
+few hundred representative samples).
 """
 
 from __future__ import annotations
@@ -23,15 +27,32 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODEL = os.path.join(HERE, "models", "digits_cnn.onnx")
+SPLIT = os.path.join(HERE, "models", "digits_split.npz")
 CALIB = 500
 
 
-def load_split():
+def split_from_sklearn():
+    """(x_train, x_test, y_train, y_test) from scikit-learn's bundled digits."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
     d = load_digits()
     x = (d.images / 16.0).astype(np.float32)[:, None]          # (N, 1, 8, 8) in [0, 1]
     return train_test_split(x, d.target, test_size=0.25, random_state=0)
+
+
+def save_split(parts, path: str = SPLIT) -> None:
+    """The split as uint8 pixels 0..16 (exact: the images are counts) and uint8 labels."""
+    xtr, xte, ytr, yte = parts
+    np.savez_compressed(path, xtr=np.rint(xtr * 16).astype(np.uint8),
+                        xte=np.rint(xte * 16).astype(np.uint8),
+                        ytr=ytr.astype(np.uint8), yte=yte.astype(np.uint8))
+
+
+def load_split(path: str = SPLIT):
+    """The committed split (:func:`save_split`), pixels back in [0, 1] as float32."""
+    d = np.load(path)
+    return (d["xtr"].astype(np.float32) / 16.0, d["xte"].astype(np.float32) / 16.0,
+            d["ytr"].astype(np.int64), d["yte"].astype(np.int64))
 
 
 # ---- a numpy CNN: conv3x3(16)+relu, conv3x3 s2(32)+relu, flatten, gemm(10) -----------------
@@ -133,9 +154,11 @@ def export(p, path):
 
 # ---- evaluation ----------------------------------------------------------------------------------
 
-def accuracy(module_or_model, x, y, batch, input_shapes=None) -> float:
+def accuracy(module_or_model, x, y, batch, input_shapes=None, target="cpu",
+             precision="fp32") -> float:
     import ptxc
-    engine = ptxc.compile(module_or_model, target="cpu", input_shapes=input_shapes)
+    engine = ptxc.compile(module_or_model, target=target, input_shapes=input_shapes,
+                          precision=precision)
     hits = 0
     for i in range(0, len(x), batch):
         out = engine.run({"x": x[i:i + batch]})["logits"]
@@ -145,20 +168,26 @@ def accuracy(module_or_model, x, y, batch, input_shapes=None) -> float:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--retrain", action="store_true")
+    ap.add_argument("--retrain", action="store_true",
+                    help="train again (needs scikit-learn); rewrites the model and the split")
+    ap.add_argument("--target", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args(argv)
+    if args.retrain or not os.path.exists(SPLIT):
+        save_split(split_from_sklearn())
     xtr, xte, ytr, yte = load_split()
     if args.retrain or not os.path.exists(MODEL):
         t0 = time.perf_counter()
         export(train(xtr, ytr), MODEL)
         print(f"trained and exported in {time.perf_counter() - t0:.1f} s -> {MODEL}")
+    tgt = {"target": args.target}
     import ptxc
     from ptxc.calib import calibrate, quantize_int8
     batch = 50                       # 450 = 9 x 50 held-out images; 500 = 10 x 50 calibration
     shapes = {"x": (batch, 1, 8, 8)}
     module = ptxc.import_onnx(MODEL, input_shapes=shapes)
-    rows = [("fp32", "-", accuracy(module, xte, yte, batch))]
+    rows = [("fp32", "-", accuracy(module, xte, yte, batch, **tgt)),
+            ("fp16", "-", accuracy(module, xte, yte, batch, precision="fp16", **tgt))]
     calib = [{"x": xtr[i:i + batch]} for i in range(0, CALIB, batch)]
     for method in ("entropy", "minmax", "percentile", "mse"):
         t0 = time.perf_counter()
@@ -167,17 +196,17 @@ def main(argv=None):
         report = []
         q = quantize_int8(module, table, report=report)
         assert all(r[1] == "int8" for r in report), report
-        rows.append(("int8", f"{method} ({tc:.1f} s)", accuracy(q, xte, yte, batch)))
+        rows.append(("int8", f"{method} ({tc:.1f} s)", accuracy(q, xte, yte, batch, **tgt)))
     print(f"digits CNN, held-out {len(xte)} images, calibration {CALIB} training images, "
-          "ptxc cpu engine")
+          f"ptxc {args.target} engine")
     print("| precision | calibrator (calibration time) | accuracy % | vs fp32 (points) |")
     print("|---|---|---:|---:|")
     for prec, cal, acc in rows:
         print(f"| {prec} | {cal} | {acc:.2f} | {acc - rows[0][2]:+.2f} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump([{"precision": p, "calibrator": c, "accuracy": a} for p, c, a in rows], f,
-                      indent=1)
+            json.dump([{"precision": p, "calibrator": c, "accuracy": a, "target": args.target}
+                       for p, c, a in rows], f, indent=1)
 
 
 if __name__ == "__main__":
