@@ -51,6 +51,13 @@ def test_qdq_cnn_folds_into_int8_layers(qdq_cnn):
         assert name not in text
     fired = [r for r in ex.fired() if r.pattern == "FoldQDQ"]
     assert len(fired) == 4
+    # provenance: each int8 op names the Q/DQ nodes it took, and the float op's own fusions
+    from ptxc.rewrite.provenance import nodes_of
+    nodes = {n.name: n.op_type for n in qdq_cnn.graph.node}
+    for op in m.walk():
+        if op.name in ("graph.qlinear_conv", "graph.qlinear_matmul"):
+            kinds = [nodes.get(n) for n in nodes_of(op)]
+            assert kinds[0] in ("Conv", "Gemm", "MatMul") and "DequantizeLinear" in kinds, kinds
 
 
 @pytest.mark.parametrize("path", ["interpret", pytest.param("cpu", marks=pytest.mark.slow)])

@@ -45,6 +45,7 @@ from ..driver import apply_patterns_greedily
 from ..explain import op_location
 from ..pass_ import Pass, register_pass
 from ..pattern import RewritePattern, producer
+from ..provenance import FUSED, absorbed
 from .fold_constants import constant_value
 
 _LAYERS = {"graph.conv": ("graph.conv", False), "graph.fused_conv": ("graph.conv", True),
@@ -128,7 +129,7 @@ class FoldQDQ(RewritePattern):
         if base == "graph.conv":
             attrs = {k: op.attr(k) for k in ("kernel_shape", "strides", "pads", "dilations",
                                               "group")}
-        xq, xs, xz, _ = _dq(g[a_name], "the input")
+        xq, xs, xz, xdq = _dq(g[a_name], "the input")
         if xs.size != 1:
             raise Decline("the input has per-axis scales (per-tensor activations are needed)")
         wq, ws, wz, wdq = _dq(g[w_name], "the weight")
@@ -186,6 +187,10 @@ class FoldQDQ(RewritePattern):
                                 float_bias is not None)
         name = "graph.qlinear_conv" if base == "graph.conv" else "graph.qlinear_matmul"
         out = q.results[0] if q is not None else op.results[0]
+        # provenance: the float op's own fusions (a residual Add, a Relu) and the Q/DQ it takes
+        fused = absorbed(op, *[o for o in (xdq, wdq, q) if o is not None])
+        if fused:
+            attrs[FUSED] = fused
         return make_op(name, [xq, wq, b_v, xz_v, wz_v, m_v, yz_v, list(extras)], attrs,
                        regions=[region], loc=op.loc, result_names=[out.name_hint])
 
