@@ -80,6 +80,17 @@ def test_verifier_catches_dominance():
         verify(m)
 
 
+def test_verifier_catches_a_use_missing_from_the_use_list():
+    m = small_module()
+    body = func_body(get_func(m))
+    add = [op for op in body.ops if op.name == "graph.add"][0]
+    verify(m)
+    v = add.operands[1]
+    v.uses[:] = [u for u in v.uses if not (u.op is add and u.index == 1)]
+    with pytest.raises(VerifyError, match="operand #1 is missing from its value's use-list"):
+        verify(m)
+
+
 def test_verifier_catches_bad_attribute_and_unknown_op():
     m = small_module()
     body = func_body(get_func(m))

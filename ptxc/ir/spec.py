@@ -87,6 +87,9 @@ class OpSpec:
     # normalized forms, filled by register()
     operand_defs: ClassVar[tuple[Operand, ...]] = ()
     result_defs: ClassVar[tuple[Result, ...]] = ()
+    #: (needs segments, single operands, optional operands, any variadic operand group,
+    #: non-variadic results, any variadic result group), for the verifier's hot path
+    arity: ClassVar[tuple] = (False, 0, 0, False, 1, False)
 
     # ---- what an op may override ---------------------------------------------------------
     def infer_types(self, op: Operation) -> list | None:
@@ -107,7 +110,7 @@ class OpSpec:
 
     @classmethod
     def needs_segments(cls) -> bool:
-        return sum(1 for d in cls.operand_defs if not d.single) > 1
+        return cls.arity[0]
 
     @classmethod
     def groups(cls, op: Operation, values: list | None = None) -> dict[str, Any]:
@@ -151,6 +154,10 @@ def register(cls: type[OpSpec]) -> type[OpSpec]:
     if unknown:
         raise ValueError(f"{cls.name}: unknown traits {sorted(unknown)}")
     cls.traits = frozenset(cls.traits)
+    defs, rdefs = cls.operand_defs, cls.result_defs
+    cls.arity = (sum(1 for d in defs if not d.single) > 1, sum(1 for d in defs if d.single),
+                 sum(1 for d in defs if d.optional), any(d.variadic for d in defs),
+                 sum(1 for d in rdefs if not d.variadic), any(d.variadic for d in rdefs))
     for k, a in cls.attributes.items():
         if a.kind not in ("int", "float", "bool", "str", "ints", "floats", "strs", "type",
                           "dense", "any"):

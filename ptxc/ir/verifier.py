@@ -23,7 +23,8 @@ def verify_op_local(op: Operation) -> None:
         _fail(op, "unknown op (no dialect registers it)")
     defs = spec.operand_defs
     n = len(op.operands)
-    if spec.needs_segments():
+    segmented, fixed, optional, variadic, fixed_r, variadic_r = spec.arity
+    if segmented:
         seg = op.attributes.get("operand_segments")
         if not (isinstance(seg, tuple) and len(seg) == len(defs)):
             _fail(op, f"needs operand_segments with {len(defs)} entries")
@@ -33,19 +34,13 @@ def verify_op_local(op: Operation) -> None:
             if (d.single and k != 1) or (d.optional and k > 1) or k < 0:
                 _fail(op, f"operand group {d.name} has {k} values")
     else:
-        fixed = sum(1 for d in defs if d.single)
-        optional = sum(1 for d in defs if d.optional)
-        variadic = any(d.variadic for d in defs)
         if n < fixed or (not variadic and n > fixed + optional):
             want = f"{fixed}" + (f" to {fixed + optional}" if optional else "") + \
                    (" or more" if variadic else "")
             _fail(op, f"has {n} operands, expects {want}")
-    rdefs = spec.result_defs
-    fixed_r = sum(1 for d in rdefs if not d.variadic)
-    if len(op.results) < fixed_r or (
-            len(op.results) != fixed_r and not any(d.variadic for d in rdefs)):
+    if len(op.results) < fixed_r or (len(op.results) != fixed_r and not variadic_r):
         _fail(op, f"has {len(op.results)} results, expects {fixed_r}"
-              + (" or more" if any(d.variadic for d in rdefs) else ""))
+              + (" or more" if variadic_r else ""))
     for name, a in spec.attributes.items():
         if name in op.attributes:
             if not check_kind(op.attributes[name], a.kind):
@@ -71,10 +66,10 @@ def verify_op_local(op: Operation) -> None:
 
 def verify(root: Operation) -> None:
     """Verify ``root`` and everything nested in it; raises VerifyError at the first problem."""
-    _verify_op(root, set())
+    _verify_op(root, set(), {})
 
 
-def _verify_op(op: Operation, visible: set[int]) -> None:
+def _verify_op(op: Operation, visible: set[int], uses: dict) -> None:
     # nested ops first: their errors are more precise than a container's summary check
     spec = lookup(op.name)
     if spec is None:
@@ -82,19 +77,24 @@ def _verify_op(op: Operation, visible: set[int]) -> None:
     inner = set() if spec.has_trait("isolated") else visible
     for region in op.regions:
         for block in region.blocks:
-            _verify_block(block, set(inner))
+            _verify_block(block, set(inner), uses)
     verify_op_local(op)
 
 
-def _verify_block(block: Block, visible: set[int]) -> None:
+def _verify_block(block: Block, visible: set[int], uses: dict) -> None:
+    """``uses``: id(value) -> its use-list as {(id(op), index)}, built once per value (a value
+    used thousands of times, a thread id in a mapped kernel, was scanned once per use)."""
     for a in block.args:
         visible.add(id(a))
     for op in block.ops:
         for i, v in enumerate(op.operands):
             if id(v) not in visible:
                 _fail(op, f"operand #{i} ({v.type}) does not dominate this use")
-            if not any(u.op is op and u.index == i for u in v.uses):
+            listed = uses.get(id(v))
+            if listed is None:
+                listed = uses[id(v)] = {(id(u.op), u.index) for u in v.uses}
+            if (id(op), i) not in listed:
                 _fail(op, f"operand #{i} is missing from its value's use-list")
-        _verify_op(op, visible)
+        _verify_op(op, visible, uses)
         for r in op.results:
             visible.add(id(r))
