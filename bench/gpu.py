@@ -193,7 +193,7 @@ def median_latency(fn, sync, repeat: int, seconds: float) -> tuple[float, int]:
 # ---- one (model, batch) -----------------------------------------------------------------------
 
 def bench_one(name: str, batch: int, deadline: float, repeat: int, tmp: str,
-              precision: str = "fp32", layout: str = "nchw", profile: bool = False,
+              precision: str = "fp32", layout: str = "auto", profile: bool = False,
               options: str = "") -> dict:
     import torch
     import ptxc
@@ -242,9 +242,8 @@ def bench_one(name: str, batch: int, deadline: float, repeat: int, tmp: str,
 
         def compile_ptxc():
             t0 = time.perf_counter()
-            kw = {} if precision == "fp32" else {"precision": precision}
-            if layout != "nchw":
-                kw["layout"] = layout
+            kw = {"layout": layout} if precision == "fp32" else {"precision": precision,
+                                                                  "layout": layout}
             with map_options(options):
                 e = ptxc.compile(proto, target="cuda", **kw)
             row["ptxc_compile_s"] = time.perf_counter() - t0
@@ -464,7 +463,8 @@ def main() -> int:
     ap.add_argument("--precisions", default="fp32",
                     help="fp32 and/or fp16 rows (fp16: ptxc precision='fp16' against torch's "
                          "model.half(), torch.compile mode 'reduce-overhead')")
-    ap.add_argument("--layout", default="nchw", help="ptxc's layout= (nchw, nhwc, auto)")
+    ap.add_argument("--layout", default="auto",
+                    help="ptxc's layout= (auto, the default as in ptxc.compile; nchw, nhwc)")
     ap.add_argument("--map-options", default="",
                     help="map-to-gpu options for ptxc's compiles, e.g. "
                          "'mma-epilogue=staged tiled-min-reduction=16'")
