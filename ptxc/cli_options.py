@@ -24,8 +24,8 @@ import attrs
 
 from .errors import PtxcError
 
-_LAYOUT_HELP = ("auto (the default: nhwc on cuda for conv-heavy graphs in fp16, tf32 or int8, "
-                "else nchw), nchw (ONNX's layout), nhwc (convolutions run channels-last "
+_LAYOUT_HELP = ("auto (the default: nhwc on cuda for conv-heavy graphs in fp16, tf32, int8 or "
+                "with Q/DQ, else nchw), nchw (ONNX's layout), nhwc (convolutions run channels-last "
                 "inside, filters KRSC; inputs and outputs unchanged); docs/graph-opt.md, "
                 "'Layout'")
 

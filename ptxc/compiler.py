@@ -58,21 +58,28 @@ LAYOUTS = ("nchw", "nhwc", "auto")
 DEFAULT_LAYOUT = "auto"
 #: the precisions whose convolutions the mma schedule takes channels-last (tensor cores)
 CHANNELS_LAST_PRECISIONS = ("fp16", "tf32", "int8")
+#: ops that make a graph explicitly quantized (its int8 layers take the mma schedule too)
+QDQ_OPS = frozenset({"graph.quantize_linear", "graph.dequantize_linear", "graph.qlinear_conv",
+                     "graph.qlinear_matmul"})
 
 
 def resolve_layout(layout: str, module: Operation, target: str,
                    precision: str = "fp32") -> str:
     """``nchw`` or ``nhwc`` for ``layout``. ``auto`` is nhwc on target cuda, in a tensor-core
-    precision (fp16, tf32, int8), for graphs with at least four non-grouped 2-D convolutions
-    (what the mma schedule's implicit GEMM takes with 16-byte copies: ResNet-50 b32 fp16 runs at
-    0.91x torch.compile's throughput on the H200 this way). It is nchw elsewhere: the cpu
-    target's loops gain nothing from it, and the fp32 tiled schedule has not been timed
-    channels-last. Example: ResNet-50, cuda, fp16 -> nhwc; the same in fp32, or on cpu -> nchw."""
+    precision (fp16, tf32, int8, or a model quantized explicitly with Q/DQ ops), for graphs with
+    at least four non-grouped 2-D convolutions (what the mma schedule's implicit GEMM takes with
+    16-byte copies: ResNet-50 b32 fp16 runs at 0.91x torch.compile's throughput on the H200 this
+    way). It is nchw elsewhere: the cpu target's loops gain nothing from it, and the fp32 tiled
+    schedule has not been timed channels-last. Example: ResNet-50, cuda, fp16 -> nhwc; the same
+    in fp32, or on cpu -> nchw; a QDQ ResNet-50 on cuda -> nhwc."""
     if layout not in LAYOUTS:
         raise CompileError(f"unknown layout {layout!r}; the layouts are {', '.join(LAYOUTS)}")
     if layout != "auto":
         return layout
-    if target != "cuda" or precision not in CHANNELS_LAST_PRECISIONS:
+    if target != "cuda":
+        return "nchw"
+    if precision not in CHANNELS_LAST_PRECISIONS and not any(
+            op.name in QDQ_OPS for op in module.walk()):
         return "nchw"
     from .rewrite.passes.channels_last import prefers_channels_last
     return "nhwc" if prefers_channels_last(module) else "nchw"

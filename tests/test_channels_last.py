@@ -416,6 +416,16 @@ def test_auto_policy():
     assert resolve_layout("auto", many, "cpu", "fp16") == "nchw"
     assert resolve_layout("nhwc", few, "cpu") == "nhwc"
     assert resolve_layout("nchw", many, "cuda", "fp16") == "nchw"
+    # a model quantized explicitly (Q/DQ) is int8 whatever precision= says
+    q = helper.make_node("QuantizeLinear", ["x0", "s", "z"], ["xq"])
+    dq = helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"])
+    convs = [helper.make_node("Conv", [f"x{i}" if i else "xd", "w"], [f"x{i + 1}"],
+                              pads=[1, 1, 1, 1]) for i in range(4)]
+    qdq = ptxc.import_onnx(model([q, dq] + convs, [("x0", (1, 4, 6, 6))], ["x4"],
+                                 [("w", w(4, 4, 3, 3)), ("s", np.float32(0.1)),
+                                  ("z", np.int8(0))]))
+    assert resolve_layout("auto", qdq, "cuda") == "nhwc"
+    assert resolve_layout("auto", qdq, "cpu") == "nchw"
 
 
 def test_explore_report_counts_the_transposes():
