@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -47,7 +46,6 @@ BM, BK, THREADS = 128, 64, 256
 ARCH = "sm_90a"
 #: (BN, STAGES) variants: the shared memory per CTA is STAGES * (BM + BN) * BK * 2 bytes
 VARIANTS = [(128, 4), (128, 6), (256, 3), (256, 4)]
-ITERS, REPEATS = 20, 5
 
 
 def smem_bytes(bn: int, stages: int) -> int:
@@ -240,26 +238,14 @@ def ptxas_rows(M, K, N) -> list[dict]:
     return rows
 
 
-def time_queue(launch, sync) -> float:
-    """Best per-launch seconds of ``REPEATS`` rounds of ``ITERS`` queued launches."""
-    for _ in range(3):
-        launch()
-    sync()
-    best = float("inf")
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        for _ in range(ITERS):
-            launch()
-        sync()
-        best = min(best, (time.perf_counter() - t0) / ITERS)
-    return best
-
 
 def run_gpu(M, K, N) -> list[dict]:
     import cuda.core as cc
     import torch
     from numba import cuda
     from numba.cuda.cudadrv.driver import binding, driver
+
+    from gemm import time_queue   # bench/gemm.py: the same timing as the mma.sync GEMM's
     torch.manual_seed(0)
     a = torch.randn(M, K, dtype=torch.float16, device="cuda")
     b = torch.randn(N, K, dtype=torch.float16, device="cuda")

@@ -4,22 +4,11 @@ calibrator on 500 training images, is within 0.5 points of fp32's accuracy on th
 images; fp16 too. The reference is the images' labels. On the cpu engine, and (marker gpu) on
 the cuda engine."""
 
-import importlib.util
-import os
-
 import pytest
 
 import ptxc
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "digits_int8", os.path.join(HERE, "..", "bench", "digits_int8.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+import bench_scripts
 
 
 @pytest.mark.slow
@@ -27,7 +16,7 @@ def _bench():
     "cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_digits_int8_entropy_within_half_a_point_of_fp32(target):
     from ptxc.calib import calibrate, quantize_int8
-    d = _bench()
+    d = bench_scripts.load("digits_int8")
     xtr, xte, ytr, yte = d.load_split()
     batch = 50
     module = ptxc.import_onnx(d.MODEL, input_shapes={"x": (batch, 1, 8, 8)})

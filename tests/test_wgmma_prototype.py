@@ -3,30 +3,20 @@ NVPTX emits the wgmma chain with nothing moved between the asynchronous multipli
 wait, and ptxas takes it without spills (timed and checked against cuBLAS on the GPU machine:
 ``python3 bench/wgmma_gemm.py``)."""
 
-import importlib.util
-import os
-
 import pytest
 
 from ptxc.ptx import ptxas_path
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+import bench_scripts
+
 needs_ptxas = pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not installed here")
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "wgmma_gemm", os.path.join(HERE, "..", "bench", "wgmma_gemm.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.slow
 @needs_ptxas
 def test_wgmma_prototype_assembles_without_spills():
     from ptxc.ptx import assemble
-    w = _bench()
+    w = bench_scripts.load("wgmma_gemm")
     ptx = w.kernel_ptx(128, 4, 512, 512, 256)
     lines = ptx.splitlines()
     mma = [i for i, ln in enumerate(lines) if "wgmma.mma_async" in ln]

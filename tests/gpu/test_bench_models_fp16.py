@@ -4,24 +4,14 @@ fp16 each is within 2e-2, relative to its largest logit, of onnxruntime's fp32 r
 exported ONNX model, on ptxc's cpu target and on its cuda target (marker gpu: the builders need
 torch and a CUDA device, so both targets run on the GPU machine)."""
 
-import importlib.util
-import os
-
 import numpy as np
 import pytest
 
 import ptxc
 
+import bench_scripts
+
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _bench_gpu():
-    spec = importlib.util.spec_from_file_location(
-        "bench_gpu", os.path.join(HERE, "..", "..", "bench", "gpu.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module", params=["resnet50", "mobilenet_v2", "bert_layer"])
@@ -30,7 +20,7 @@ def exported(request, tmp_path_factory):
     if not torch.cuda.is_available():
         pytest.skip("torch sees no CUDA device")
     import onnxruntime as ort
-    g = _bench_gpu()
+    g = bench_scripts.load("gpu")
     model, x = g.build_model(request.param, 1)
     proto, _ = g.export_onnx(model, x, str(tmp_path_factory.mktemp("m") / "m.onnx"))
     proto.ir_version = min(proto.ir_version, 8)      # onnxruntime 1.30 refuses IR 14
