@@ -253,11 +253,15 @@ def run_gpu(M, K, N) -> list[dict]:
     t_ref = time_queue(lambda: torch.matmul(a, b.t()), torch.cuda.synchronize)
     flops = 2 * M * N * K
     rows = []
-    stream = cc.Device().create_stream()
+    device = cc.Device()
+    device.set_current()          # torch's primary context; cuda.core needs it named current
+    stream = device.create_stream()
     for bn, stages in VARIANTS:
         row = {"bn": bn, "stages": stages, "smem": smem_bytes(bn, stages)}
         try:
-            c = torch.empty(M, N, dtype=torch.float16, device="cuda")
+            # NaN first: an empty tensor can reuse the block of a freed torch.matmul result, and
+            # then a kernel that wrote nothing would read as exact
+            c = torch.full((M, N), float("nan"), dtype=torch.float16, device="cuda")
             mod = cuda.current_context().create_module_ptx(kernel_ptx(bn, stages, M, K, N))
             fn = mod.get_function("wgmma_gemm")
             attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
@@ -269,8 +273,10 @@ def run_gpu(M, K, N) -> list[dict]:
             def launch():
                 cc.launch(stream, cfg, fn.kernel, *args)
             torch.cuda.synchronize()
-            sec = time_queue(launch, stream.sync)
+            launch()
+            stream.sync()
             err = float((c.float() - ref.float()).abs().max() / ref.float().abs().max())
+            sec = time_queue(launch, stream.sync)
             row.update({"us": sec * 1e6, "tflops": flops / sec / 1e12,
                         "cublas_us": t_ref * 1e6, "cublas_tflops": flops / t_ref / 1e12,
                         "ratio": t_ref / sec, "max_rel_err": err})
