@@ -54,6 +54,19 @@ def test_split_k_when_the_tiles_leave_sms_idle():
     check_close(run_main(m, x), want)
 
 
+def test_tile_choice_pads_least():
+    """Of the tiles that give a block per SM, the least padded work wins: N = 64 (ResNet-50's
+    64-channel convs) takes 128x64, not a 128x128 tile whose right half multiplies zeros; a
+    shape every tile divides keeps the largest."""
+    def tile(**shape):
+        m = loop_module(matmul_model(**shape))
+        PassManager("map-to-gpu").run(m)
+        (launch,) = [o for o in launches(m) if o.attributes["schedule"] == "mma"]
+        return launch.attributes["tile"].split()[1]
+    assert tile(M=128 * 140, K=64, N=64) == "128x64x32"
+    assert tile(M=128 * 140, K=64, N=256) == "128x128x32"
+
+
 @pytest.mark.parametrize("case", sorted(MATMULS))
 def test_matmul_maps_to_mma_and_matches(case):
     model = matmul_model(**MATMULS[case])

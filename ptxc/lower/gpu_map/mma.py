@@ -23,8 +23,9 @@ tensor-core ops (ptxc/dialects/gpu_tensorcore.py)::
         the nest's point program (start value + acc, then its epilogue: bias, residual,
         activation, cast, store) at the point's indices
 
-Tile choice (a static heuristic; autotuning will replace it): the largest CTA tile of
-:data:`TILES` that still gives at least one block per SM, else the smallest, with **split-K**
+Tile choice (a static heuristic; autotuning will replace it): of the CTA tiles of
+:data:`TILES` that still give at least one block per SM, the one with the least padded work
+(:func:`padded_work`), the largest among equals; else the smallest, with **split-K**
 when even that leaves SMs idle (batch-1 layers: M x N small, K long): ``splits`` CTAs per
 output tile each sum a range of K tiles into an f32 workspace ``[splits][batches][M][N]`` (a
 ``loop.alloc``, planned like any buffer), and a second, pointwise kernel adds the splits in
@@ -198,6 +199,14 @@ def candidates(c: Contraction) -> list[Config]:
             if valid(c, cfg := Config(bm, bn, wm, wn, bk, st))]
 
 
+def padded_work(c: Contraction, cfg: Config) -> int:
+    """The M x N points ``cfg``'s grid computes, edges rounded up to whole tiles. A tile wider
+    than the output wastes the difference: ResNet-50's 64-channel convs (N = 64) in 128 x 128
+    tiles multiply zeros in half of every tile, where 128 x 64 tiles give the same number of
+    CTAs and no waste."""
+    return -(-c.M // cfg.bm) * cfg.bm * -(-c.N // cfg.bn) * cfg.bn
+
+
 def choose(c: Contraction) -> Config | None:
     """The tile of :data:`TILES` (module docstring), or None when the grid would not fit."""
     bk = KIND[c.kind][2]
@@ -207,10 +216,9 @@ def choose(c: Contraction) -> Config | None:
         bk *= 2              # cuBLAS at 4096^3 on an H200: bench/RESULTS.md)
     fits = [cfg for cfg in (Config(bm, bn, wm, wn, bk) for bm, bn, wm, wn in TILES)
             if valid(c, cfg)]
-    for cfg in fits:
-        blocks = -(-c.M // cfg.bm) * -(-c.N // cfg.bn) * c.batches
-        if blocks >= SMS:
-            return cfg
+    full = [cfg for cfg in fits if -(-c.M // cfg.bm) * -(-c.N // cfg.bn) * c.batches >= SMS]
+    if full:   # the least padded work, then the largest tile (TILES' order)
+        return min(full, key=lambda cfg: padded_work(c, cfg))
     cfg = fits[-1]
     blocks = -(-c.M // cfg.bm) * -(-c.N // cfg.bn) * c.batches
     kt = -(-c.K // bk)
