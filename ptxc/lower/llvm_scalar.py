@@ -25,6 +25,10 @@ exact (add, sub, mul, div, sqrt, comparisons, casts). Choices that keep to the r
   ``llvm.exp``/``llvm.log`` to approximate ``ex2``/``lg2`` instructions or leaves them as calls
   nothing resolves; libdevice's functions are the accurate ones (tanh/erf within 2 ulp in f32).
   ``sqrt`` stays ``llvm.sqrt`` (NVPTX: ``sqrt.rn``, correctly rounded).
+* ``math.roundeven`` is ``llvm.roundeven`` on both targets (x86 ``roundss``, NVPTX
+  ``cvt.rni``; exact, so libdevice has nothing to add); f16 goes through f32 (exact: every
+  f16 is an f32 and so is its rounding). ``math.fma`` is ``llvm.fma.f32`` (x86 ``vfmadd``
+  or libm's ``fmaf``, NVPTX ``fma.rn.f32``): one rounding, as the reference.
 * the trigonometric family (``math.sin`` ... ``math.atanh``) calls libm's double functions on
   the CPU (rounded to the operand's type, within an ulp of numpy's f32 loops) and libdevice's
   on the GPU, as tanh does.
@@ -275,7 +279,15 @@ class ScalarEmitter:
         t = op.results[0].type
         if not (isinstance(t, ScalarType) and t.name in _FLOATS):
             raise CompileError(f"{op.where}: no LLVM lowering for {t}")
+        if name == "fma":
+            return self.intrinsic("fma", t, args)
         (x,) = args
+        if name == "roundeven":
+            if t.name == "f16":
+                f32 = ScalarType("f32")
+                y = self.intrinsic("roundeven", f32, [self.b.fpext(x, llvm_type(f32))])
+                return self.b.fptrunc(y, llvm_type(t))
+            return self.intrinsic("roundeven", t, [x])
         if self.math_library == "libdevice" and name in _LIBDEVICE:
             return self.libdevice(_LIBDEVICE[name], [x], t)
         if name in ("exp", "log", "sqrt", "floor", "ceil"):
