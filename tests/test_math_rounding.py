@@ -173,3 +173,43 @@ def test_ptx_rounds_and_fuses_in_one_instruction_each():
             assert w in p.ptx, (el, w)
         assert "__nv_" not in p.ptx
         assemble(p.ptx, "sm_90")
+
+
+# ---- a clamped float converts through i32 (llvm_scalar._clamped_to_i32) ----------------------
+
+def _clamp_cast_program(n, lo, hi, to, src=F32):
+    def body(b, x, y):
+        _, p, (i,) = parallel_loop(b, (0,), (n,))
+        v = op(p, "arith.max", load(p, x, i), op(p, "arith.constant", value=lo, type=src))
+        v = op(p, "arith.min", v, op(p, "arith.constant", value=hi, type=src))
+        store(p, op(p, "arith.cast", v, to=to), y, i)
+    return module({"x": buf((n,), src), "y": buf((n,), to)}, ["y"], body)
+
+
+@pytest.mark.parametrize("lo, hi, to, src", [
+    (-128.0, 127.0, "i8", F32), (0.0, 255.0, "ui8", F32), (-2.0 ** 31, 2.0 ** 31 - 128, "i32", F32),
+    (-300.0, 300.0, "i8", F32),            # in i32's range, beyond i8's: wraps as the general cast
+    (-128.0, 127.0, "i8", F64), (-1e10, 1e10, "i32", F32)])   # the last: the general cast
+def test_clamped_cast_jit_equals_interpreter_and_skips_the_64_bit_conversion(lo, hi, to, src):
+    from ptxc.ir.types import ScalarType
+    from ptxc.rewrite.pass_manager import PassManager
+    to = ScalarType(to)
+    x = np.concatenate([finite_f32(3000, 40, -3, 40), np.float32(
+        [np.nan, np.inf, -np.inf, 0.5, -0.5, 127.5, -128.5, 255.9, 2.0 ** 31, -2.0 ** 31])]
+    ).astype(src.np_dtype)
+    m = _clamp_cast_program(x.size, lo, hi, to, src)
+    with np.errstate(invalid="ignore"):
+        want = run_main(m, {"x": x})["y"]
+    got = CpuProgram.from_module(m)({"x": x})["y"]
+    # NaN, and values beyond i32, to i32: numpy gives INT_MIN (x86's cvttss2si), the compiled
+    # general cast 0 and wraps; a known difference of the general cast, left out here
+    keep = (np.abs(x) < 2.0 ** 31) if to.bitwidth == 32 else np.ones(x.size, bool)
+    assert np.array_equal(got[keep], want[keep])
+    if ptxas_path() is None:
+        return
+    PassManager("map-to-gpu").run(m)
+    ptx = lower_to_ptx(m).ptx
+    s = "f32" if src == F32 else "f64"
+    general = hi > 2.0 ** 31
+    assert (f"cvt.rzi.s64.{s}" in ptx) == general and (f"cvt.rzi.s32.{s}" in ptx) != general
+    assemble(ptx, "sm_90")
