@@ -58,7 +58,7 @@ from ..lower.loop_to_llvm import (BufferSlot, LLVMProgram, lower_loop_to_llvm,
 #: C library functions kernels may call, directly or through LLVM intrinsics
 _LIBM = ["tanh", "erf", "exp", "expf", "log", "logf", "pow", "powf", "sqrt", "sqrtf", "floor",
          "floorf", "ceil", "ceilf", "fabs", "fabsf", "fmax", "fmaxf", "fmin", "fminf", "exp2",
-         "exp2f", "tanhf", "erff"]
+         "exp2f", "tanhf", "erff", "roundeven", "roundevenf", "fma", "fmaf"]
 _LIBGCC = ["__truncdfhf2", "__truncsfhf2", "__extendhfsf2", "__extendhfdf2"]
 # the trigonometric and hyperbolic functions math.* ops call (llvm_scalar._TRIG), double and float
 from ..lower.llvm_scalar import _TRIG  # noqa: E402

@@ -18,13 +18,19 @@ exact (add, sub, mul, div, sqrt, comparisons, casts). Choices that keep to the r
   through ``llvm.fptosi.sat.i64`` and truncates, so out-of-range values wrap modulo 2**bits as
   numpy's and onnxruntime's casts do on x86 (300.0 -> ui8 44, -1.0 -> ui8 255; issue 11: the
   compiled cast used to saturate). To 64-bit types ``llvm.fpto[su]i.sat``: NaN and values
-  beyond the range give a defined saturated value instead of poison.
+  beyond the range give a defined saturated value instead of poison. A value clamped by
+  constants inside i32's range (quantization's saturation) takes ``llvm.fptosi.sat.i32``
+  instead: the same integer, without NVPTX's 64-bit ``cvt.rzi.s64`` (:func:`_clamped_to_i32`).
 * On the GPU (``math_library = "libdevice"``) every math function and float ``pow`` calls
   libdevice's ``__nv_<fn>f`` (f32) or ``__nv_<fn>`` (f64); f16 goes through the f32 function and
   rounds back, as numpy computes f16 math in f32. NVPTX has no libm, and LLVM lowers
   ``llvm.exp``/``llvm.log`` to approximate ``ex2``/``lg2`` instructions or leaves them as calls
   nothing resolves; libdevice's functions are the accurate ones (tanh/erf within 2 ulp in f32).
   ``sqrt`` stays ``llvm.sqrt`` (NVPTX: ``sqrt.rn``, correctly rounded).
+* ``math.roundeven`` is ``llvm.roundeven`` on both targets (x86 ``roundss``, NVPTX
+  ``cvt.rni``; exact, so libdevice has nothing to add); f16 goes through f32 (exact: every
+  f16 is an f32 and so is its rounding). ``math.fma`` is ``llvm.fma.f32`` (x86 ``vfmadd``
+  or libm's ``fmaf``, NVPTX ``fma.rn.f32``): one rounding, as the reference.
 * the trigonometric family (``math.sin`` ... ``math.atanh``) calls libm's double functions on
   the CPU (rounded to the operand's type, within an ulp of numpy's f32 loops) and libdevice's
   on the GPU, as tanh does.
@@ -123,6 +129,33 @@ def constant(value, t: ScalarType) -> ir.Constant:
         return ir.Constant(BOOL, int(bool(v)))
     bits = t.bitwidth
     return ir.Constant(ir.IntType(bits), int(np.asarray(v).view(f"i{bits // 8}")))
+
+
+def _constant_value(v):
+    op = getattr(v, "op", None)
+    if op is None or op.name != "arith.constant":
+        return None
+    return op.attributes["value"]
+
+
+def _clamped_to_i32(v) -> bool:
+    """``v`` is ``arith.min(arith.max(x, lo), hi)`` (or max of min) with constant bounds
+    inside i32's range, as quantization's saturation writes it: every value of ``v`` is NaN
+    (min and max propagate it) or lies in [lo, hi]. Example::
+
+        %m = arith.min (arith.max %s, -128.0), 127.0;  %q = arith.cast %m to i8
+        general cast: cvt.rzi.s64.f32 and a truncation;  this one: cvt.rzi.s32.f32
+    """
+    outer = getattr(v, "op", None)
+    if outer is None or outer.name not in ("arith.min", "arith.max"):
+        return False
+    inner_name = "arith.max" if outer.name == "arith.min" else "arith.min"
+    inner = getattr(outer.operands[0], "op", None)
+    if inner is None or inner.name != inner_name:
+        return False
+    bounds = [_constant_value(outer.operands[1]), _constant_value(inner.operands[1])]
+    return all(isinstance(b, (int, float)) and not isinstance(b, bool)
+               and -2.0 ** 31 <= b <= 2.0 ** 31 - 128 for b in bounds)
 
 
 class ScalarEmitter:
@@ -275,7 +308,15 @@ class ScalarEmitter:
         t = op.results[0].type
         if not (isinstance(t, ScalarType) and t.name in _FLOATS):
             raise CompileError(f"{op.where}: no LLVM lowering for {t}")
+        if name == "fma":
+            return self.intrinsic("fma", t, args)
         (x,) = args
+        if name == "roundeven":
+            if t.name == "f16":
+                f32 = ScalarType("f32")
+                y = self.intrinsic("roundeven", f32, [self.b.fpext(x, llvm_type(f32))])
+                return self.b.fptrunc(y, llvm_type(t))
+            return self.intrinsic("roundeven", t, [x])
         if self.math_library == "libdevice" and name in _LIBDEVICE:
             return self.libdevice(_LIBDEVICE[name], [x], t)
         if name in ("exp", "log", "sqrt", "floor", "ceil"):
@@ -291,7 +332,11 @@ class ScalarEmitter:
         if name == "constant":
             return constant(op.attributes["value"], op.results[0].type)
         if name == "cast":
-            return self.cast(args[0], op.operands[0].type, op.results[0].type)
+            src, dst = op.operands[0].type, op.results[0].type
+            if _clamped_to_i32(op.operands[0]) and src.name in ("f32", "f64") and \
+                    not dst.is_float and dst != I1 and dst.bitwidth <= 32:
+                return self._clamped_to_int(args[0], src, dst)
+            return self.cast(args[0], src, dst)
         if name == "select":
             return b.select(*args)
         if name == "round_tf32":
@@ -344,6 +389,16 @@ class ScalarEmitter:
             if name in ("bit_and", "bit_or", "bit_xor"):
                 return {"bit_and": b.and_, "bit_or": b.or_, "bit_xor": b.xor}[name](x, y)
         raise CompileError(f"{op.where}: no LLVM lowering for arith.{name}")
+
+    def _clamped_to_int(self, v: ir.Value, src: ScalarType, dst: ScalarType) -> ir.Value:
+        """A float already clamped into i32's range (see :func:`_clamped_to_i32`) to an int of
+        at most 32 bits: ``llvm.fptosi.sat.i32`` and a truncation (NVPTX: one
+        ``cvt.rzi.s32.f32`` instead of the 64-bit ``cvt.rzi.s64.f32`` the general cast
+        needs). The same value: on NaN and on values inside i32's range the saturating
+        conversions to i32 and to i64 agree (NaN gives 0), and truncation does the rest."""
+        f = self.declare(f"llvm.fptosi.sat.i32.{_FSUFFIX[src.name]}", I32, [llvm_type(src)])
+        r = self.b.call(f, [v])
+        return r if dst.bitwidth == 32 else self.b.trunc(r, llvm_type(dst))
 
     def round_tf32(self, x: ir.Value) -> ir.Value:
         """``arith.round_tf32`` as bit arithmetic (the same on the CPU and NVPTX, so both equal

@@ -88,8 +88,8 @@ from .llvm_scalar import I64, ScalarEmitter, align_of, memory_type, storable
 _ARITH = {"constant", "add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "neg",
           "not", "cmp", "select", "cast", "round_tf32", "xor", "shl", "shr", "rem", "bit_and",
           "bit_or", "bit_xor", "check_index"}
-_MATH = {"exp", "log", "tanh", "erf", "sqrt", "abs", "floor", "ceil", "sin", "cos", "tan",
-         "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"}
+_MATH = {"exp", "log", "tanh", "erf", "sqrt", "abs", "floor", "ceil", "roundeven", "fma", "sin",
+         "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"}
 _KERNELS = {"loop.parallel", "loop.for", "loop.copy"}
 _TOP = _KERNELS | {"loop.alloc", "loop.global", "loop.view", "func.return"}
 _INNER = {"loop.parallel", "loop.for", "loop.copy", "loop.view", "loop.load", "loop.store",

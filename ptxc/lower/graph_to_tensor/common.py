@@ -20,7 +20,7 @@ from ...dialects.tensor.maps import broadcast_map, identity_map, unit_row
 from ...ir.attributes import DenseElements
 from ...ir.builder import Builder
 from ...ir.core import OpResult, Value
-from ...ir.types import F16, F32, F64, I1, ScalarType, TensorType
+from ...ir.types import F16, F32, I1, ScalarType, TensorType
 
 Lowering = Callable  # (op, Builder) -> list[Value]
 
@@ -107,22 +107,6 @@ def op_(b: Builder, name: str, *args, **attributes) -> Value:
 
 def cast(b: Builder, v: Value, t: ScalarType) -> Value:
     return v if v.type == t else op_(b, "arith.cast", v, to=t)
-
-
-# ---- scalar helpers for bodies ---
-
-def round_half_even(bb, y):
-    """numpy's round: to the nearest integer, ties to even (in f64)."""
-    f = op_(bb, "math.floor", y)
-    d = op_(bb, "arith.sub", y, f)
-    one, half = c(bb, 1.0, F64), c(bb, 0.5, F64)
-    up = op_(bb, "arith.add", f, one)
-    half_f = op_(bb, "math.floor", op_(bb, "arith.mul", f, half))
-    even = op_(bb, "arith.cmp", op_(bb, "arith.mul", half_f, c(bb, 2.0, F64)), f,
-               predicate="eq")
-    tie = op_(bb, "arith.select", even, f, up)
-    lower = op_(bb, "arith.select", op_(bb, "arith.cmp", d, half, predicate="lt"), f, tie)
-    return op_(bb, "arith.select", op_(bb, "arith.cmp", d, half, predicate="gt"), up, lower)
 
 
 # ---- generics ----------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...ir.spec import lookup
 from ...ir.types import F64, TensorType
-from .common import acc_type, c, cast, elementwise, fill, lowers, op_, reshape, round_half_even
+from .common import acc_type, c, cast, elementwise, fill, lowers, op_, reshape
 
 
 def _tf32(tf32: bool) -> dict:
@@ -76,7 +76,7 @@ def gemm(b, op, el=None, tf32=False):
                 cv = op_(bb, "arith.mul", cv, c(bb, beta, ct))
             y = op_(bb, "arith.add", y, cv)
         if in_f64:
-            y = round_half_even(bb, y)
+            y = op_(bb, "math.roundeven", y)
         return cast(bb, y, el)
 
     return elementwise(b, [prod] + ([cc] if cc is not None else []), out, body,

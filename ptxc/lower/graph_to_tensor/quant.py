@@ -1,13 +1,16 @@
 """Quantization ops -> tensor dialect (ptxc/dialects/graph/quant.py has the semantics).
 
 * quantize_linear: one generic ``clamp(rint(f32(x) / f32(scale)) + zp)``, the division in
-  float32 as onnxruntime does, rounding half to even (in f64, exact for an f32 quotient);
+  float32 as onnxruntime does, rounding half to even in float32 (:func:`_saturate`); a
+  one-element constant scale divides without a division instruction (:func:`_exact_quotient`);
   a per-axis scale or zero point is read through a one-dim map along ``axis``.
 * dequantize_linear: one generic ``f32(i32(x) - i32(zp)) * scale``.
 * qlinear_conv / qlinear_matmul: ``tensor.conv`` or ``tensor.matmul`` of **int8 operands**
   into an i32 init holding the bias (:func:`_int8_form`: what an int8 tensor core multiplies,
   ``mma.m16n8k32.s8``), then, when there is a multiplier, one requantization generic:
-  ``clamp(rint(epilogue(f32(acc) * multiplier, extras...)) + y_zp)``.
+  ``clamp(rint(epilogue(f32(acc) * multiplier, extras...)) + y_zp)``; an epilogue that
+  ends by dividing by the output scale (fold-qdq's ``old(v * ys) / ys``) has that division
+  made exact without ``div.rn`` by the same :func:`_saturate`.
   Where the int8 form does not exist (a shifted W outside int8, a run-time zero point, a
   correction that would depend on run-time data) the operands minus their zero points as i32
   (a constant W shifted at compile time), with zero padding after the shift: the same sums.
@@ -21,10 +24,10 @@ from ...dialects.graph.nn import spatial_attrs
 from ...dialects.graph.quant import quant_range
 from ...dialects.graph.scalar_forms import inline_block
 from ...dialects.tensor.maps import unit_row
+from ...ir.core import OpResult
 from ...ir.spec import lookup
 from ...ir.types import F32, F64, I8, I32, TensorType
-from .common import (c, cast, const_array, constant, elementwise, fill, lowers, op_,
-                     round_half_even)
+from .common import c, cast, const_array, constant, elementwise, fill, lowers, op_
 from .nn import spatial_pad
 
 
@@ -42,14 +45,95 @@ def _scalar_view(b, v):
     return v
 
 
-def _saturate(bb, y64, zp, el):
-    """``clamp(rint(y64) + zp)`` cast to ``el`` (y64 and the result of rint in f64)."""
-    r = round_half_even(bb, y64)
-    if zp is not None:
-        r = op_(bb, "arith.add", r, cast(bb, zp, F64))
+#: the exact quotient is taken for divisors in [2**-100, 2**100] (see :func:`_exact_quotient`)
+_DIVISOR_RANGE = (2.0 ** -100, 2.0 ** 100)
+#: the quotient is clamped to +-2**22 before rounding: far beyond any 8/16-bit range plus zp
+_QUOTIENT_BOUND = 2.0 ** 22
+
+
+def _saturate(bb, y, zp, el):
+    """``clamp(rint(y) + zp)`` cast to ``el``, as onnxruntime computes it in float32.
+
+    For an f32 ``y`` and a result of at most 16 bits (i8, ui8, i16, ui16: ``|lo|, |hi|, |zp|
+    <= 2**16``) everything stays f32, and that is exact: ``rint`` of an f32 is an f32
+    (``math.roundeven``, one ``cvt.rni.f32.f32``); an integer-valued f32 plus an integer
+    ``|zp| <= 2**16`` is exact while the sum stays below 2**24, and beyond that the sum,
+    rounded or not, lies past ``hi`` or ``lo`` (rounding is monotone), so saturation gives the
+    same integer; ``lo`` and ``hi`` are f32 numbers. NaN stays NaN through min/max and casts
+    as before. Wider results (i32) and f64 values round in f64.
+
+    A ``y`` that is ``arith.div(x, c)`` by a constant ``c`` is replaced by
+    :func:`_exact_quotient` (no ``div.rn.f32``). Example (i8, zp 0)::
+
+        before: %q = arith.div %x, %c;  %y = arith.cast %q to f64;  (two math.floor, selects,
+                f64 add/max/min) ...;  arith.cast %r to i8
+        after:  %q = <exact quotient of %x by %c>;  %r = math.roundeven %q;
+                %s = arith.add %r, f32(zp);  %m = arith.min (arith.max %s, -128.0), 127.0;
+                arith.cast %m to i8
+    """
     lo, hi = quant_range(el)
-    r = op_(bb, "arith.min", op_(bb, "arith.max", r, c(bb, float(lo), F64)), c(bb, float(hi), F64))
+    if y.type == F32 and max(-lo, hi) <= 2 ** 16:
+        ft = F32
+        y = _exact_quotient(bb, y)
+    else:
+        ft = F64
+        y = cast(bb, y, F64)
+    r = op_(bb, "math.roundeven", y)
+    if zp is not None:
+        r = op_(bb, "arith.add", r, cast(bb, zp, ft))
+    r = op_(bb, "arith.min", op_(bb, "arith.max", r, c(bb, float(lo), ft)), c(bb, float(hi), ft))
     return cast(bb, r, el)
+
+
+def _exact_quotient(bb, y):
+    """``y`` itself, or, when ``y = arith.div(x, c)`` with a constant f32 ``c`` in
+    ``_DIVISOR_RANGE`` and nothing else uses ``y``, the same quotient ``RN(x / c)`` computed
+    with one multiply and two fmas (no ``div.rn.f32``, which is a long sequence with a slow
+    path on NVPTX), for a value that is only rounded to an integer and saturated::
+
+        before: %q = arith.div %x, %c
+        after:  %xc = arith.min (arith.max %x, -|c| 2**22), |c| 2**22
+                %q0 = arith.mul %xc, %r                  with r = RN(1 / c), a constant
+                %e  = math.fma (arith.neg %q0), %c, %xc  (exactly xc - q0 c)
+                %q  = math.fma %e, %r, %q0
+
+    Markstein's theorem: with ``r = RN(1/c)`` and ``q0`` the faithful ``RN(x r)``, the residual
+    ``e`` is exact and ``RN(q0 + e r)`` is the correctly rounded ``x / c``, provided nothing
+    overflows or underflows. The guards:
+
+    * the clamp of ``x`` to ``+-|c| 2**22`` (exact constants: a power-of-two scaling of ``c``)
+      keeps ``q0``, ``q0 c`` and ``q`` finite; it changes only quotients beyond ``2**22``,
+      which become ``+-2**22``, and rounding, adding a zero point of at most 2**16 and
+      saturating to a range of at most 2**16 are monotone, so the final integer is the same.
+      NaN stays NaN (min/max propagate it); infinities saturate as before.
+    * ``2**-100 <= |c| <= 2**100`` keeps ``r`` a normal number and ``|c| 2**22`` finite.
+    * underflow: where ``|x / c| >= 1/4``, ``|x| >= 2**-102``, so ``x`` and ``q0 c`` are
+      multiples of 2**-149 and the residual (below ``2 ulp(q0) |c|``) is representable: exact.
+      Smaller quotients (in particular every quotient below 2**-126, where ``e`` may round)
+      come out below 1/2 by either computation (q0 and q are within a few ulps of x / c), so
+      both round to 0.
+
+    ``tests/test_exact_quotient.py`` checks the sequence against numpy's division over every
+    f32 mantissa for adversarial divisors and millions of random ones.
+    """
+    div = y.op if isinstance(y, OpResult) else None
+    if div is None or div.name != "arith.div" or y.type != F32 or y.has_uses:
+        return y
+    x, d = div.operands
+    if not (isinstance(d, OpResult) and d.op.name == "arith.constant"):
+        return y
+    cv = np.float32(d.op.attributes["value"])
+    if not _DIVISOR_RANGE[0] <= abs(float(cv)) <= _DIVISOR_RANGE[1]:
+        return y
+    with np.errstate(all="ignore"):
+        r = np.float32(1) / cv
+    bound = float(abs(cv) * np.float32(_QUOTIENT_BOUND))
+    xc = op_(bb, "arith.min", op_(bb, "arith.max", x, c(bb, -bound, F32)), c(bb, bound, F32))
+    q0 = op_(bb, "arith.mul", xc, c(bb, float(r), F32))
+    e = op_(bb, "math.fma", op_(bb, "arith.neg", q0), d, xc)
+    q = op_(bb, "math.fma", e, c(bb, float(r), F32), q0)
+    div.erase()
+    return q
 
 
 @lowers("graph.quantize_linear")
@@ -63,7 +147,7 @@ def _quantize(op, b):
 
     def body(bb, a):
         q = op_(bb, "arith.div", cast(bb, a[0], F32), cast(bb, a[1], F32))
-        return _saturate(bb, cast(bb, q, F64), a[2] if zp is not None else None, out.element)
+        return _saturate(bb, q, a[2] if zp is not None else None, out.element)
 
     return [elementwise(b, ins, out, body, maps=maps)]
 
@@ -246,6 +330,6 @@ def _qlinear(op, b):
         (f,) = inline_block(block, bb, [f] + list(a[k:]))
         if yz is None:
             return f
-        return _saturate(bb, cast(bb, f, F64), a[2], out.element)
+        return _saturate(bb, f, a[2], out.element)
 
     return [elementwise(b, ins, out, body, maps=maps, inline_constants=False)]

@@ -28,7 +28,7 @@ from ...dialects.graph.resize import _cubic, _linear, source_coords
 from ...dialects.tensor.generic import build_generic
 from ...dialects.tensor.maps import identity_map, unit_row
 from ...ir.types import F64, I1, I64, INDEX
-from .common import c, cast, constant, elementwise, empty, fill, lowers, op_, round_half_even
+from .common import c, cast, constant, elementwise, empty, fill, lowers, op_
 
 
 def _resized_axes(op, shape):
@@ -171,7 +171,7 @@ def _interpolate(op, b, x, axes):
         if el.is_float:
             return cast(bb, y, el)
         info = np.iinfo(el.np_dtype)
-        y = round_half_even(bb, y)
+        y = op_(bb, "math.roundeven", y)
         y = op_(bb, "arith.min", op_(bb, "arith.max", y, c(bb, float(info.min), F64)),
                 c(bb, float(info.max), F64))
         return cast(bb, y, el)

@@ -37,8 +37,7 @@ from ...dialects.graph.sample import CUBIC_A, adaptive_grid, borders
 from ...dialects.tensor.generic import build_generic
 from ...dialects.tensor.maps import identity_map, unit_row
 from ...ir.types import F32, F64, I64, INDEX
-from .common import Unsupported, c, cast, const_array, elementwise, empty, fill, lowers, op_, \
-    round_half_even
+from .common import Unsupported, c, cast, const_array, elementwise, empty, fill, lowers, op_
 from .shape import index_check_name
 
 
@@ -152,7 +151,7 @@ def _grid_sample(op, b):
                     bb, "arith.mul", op_(bb, "arith.add", g, one), c(bb, float(d), t)), one),
                     c(bb, 2.0, t))
             if mode == "nearest":
-                v = cast(bb, round_half_even(bb, cast(bb, v, F64)), t)
+                v = op_(bb, "math.roundeven", v)
             if padding == "reflection" or (padding == "border" and mode != "cubic"):
                 outside = op_(bb, "arith.or", _cmp(bb, v, c(bb, lo, t), "lt"),
                               _cmp(bb, v, c(bb, hi, t), "gt"))
