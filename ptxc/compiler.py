@@ -125,6 +125,8 @@ def pipeline_for_arch(pipeline: str, arch: str | None) -> str:
     ``lower-tensor-to-loop,map-to-gpu{arch=sm_80}``."""
     if not arch or "map-to-gpu" not in pipeline:
         return pipeline
+    from .ptx.target import check_arch
+    check_arch(arch)      # a CompileError naming the arch, before any pass option parses it
     from .rewrite.pipeline import parse_pipeline
     passes = [attrs.evolve(p, arch=arch) if p.name == "map-to-gpu" and not p.arch else p
               for p in parse_pipeline(pipeline)]
