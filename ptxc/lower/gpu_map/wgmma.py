@@ -52,6 +52,12 @@ Decisions:
 * the fragment epilogue (no staging through shared memory): the mma schedule's staged
   epilogue is written for its warp tiles; a staged wgmma epilogue (or stmatrix) comes next.
 
+Open question for the GPU: the copies are ``cp.async`` (generic proxy) and wgmma reads shared
+memory through the async proxy; the PTX ISA asks for a ``fence.proxy.async`` between such
+writes and the reads. The prototype (no proxy fence: cp.async wait, barrier, wgmma.fence) was
+exact on the H200 and this kernel keeps its sequence; compute-sanitizer's racecheck on it, and
+a proxy fence after the cp.async wait if it or a wrong answer says so, are the next check.
+
 Not yet: an M/N-major operand (wgmma's transposed-B descriptors; such GEMMs stay on mma.sync,
 e.g. a MatMul of two activations b [K, N]), TMA and a producer warpgroup with mbarriers
 (what reaches 74-92% of cuBLAS in published Hopper GEMMs), split-K, int8 (``.s8``) and tf32,
