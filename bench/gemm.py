@@ -17,6 +17,13 @@ torch.matmul's f16 product upcast (both accumulate in f32), max relative error.
 
     python3 bench/gemm.py [--out DIR] [--shapes 4096x4096x4096,128x768x768] [--precision int8]
     python3 bench/gemm.py --precision int8 --ptxas 4096x4096x4096
+    python3 bench/gemm.py --shapes 4096x4096x4096 --kmajor-b [--wgmma off]
+
+``--kmajor-b``: B is given [N, K] (K contiguous, as a Gemm's transB weight), the layout the
+**wgmma** form takes (gpu_map/wgmma.py: sm_90, large fp16 GEMMs); cuBLAS gets the same
+[N, K] tensor (``torch.matmul(a, bt.t())``). The default run adds the 4096^3 row in this
+layout (:data:`KMAJOR_SHAPES`), so it times the wgmma kernel beside the mma.sync ones;
+``--wgmma off`` (or ``on``) is map-to-gpu's option, to time mma.sync on the same operands.
 
 Prints a table and writes gemm.json (shape, FLOPs, µs, TFLOP/s, ratio ptxc / cuBLAS).
 FLOPs of M x N x K: 2MNK. At 4096^3 that is 137.4 GFLOP: 0.18 ms at cuBLAS's ~750 TFLOP/s.
@@ -42,28 +49,32 @@ SHAPES = [(4096, 4096, 4096, "square 4096"),
           (128, 3072, 768, "BERT b1 ffn2"),
           (4096, 768, 768, "BERT b32 qkv/out"), (4096, 768, 3072, "BERT b32 ffn1"),
           (4096, 3072, 768, "BERT b32 ffn2")]
+#: rows timed with B [N, K] (``--kmajor-b``): the wgmma form's layout
+KMAJOR_SHAPES = [(4096, 4096, 4096, "square 4096, B [N,K]")]
 ITERS, REPEATS = 50, 5
 
 
-def loop_gemm(M, K, N, precision="fp16"):
-    """The loop module (nothing mapped) of the benchmark's GEMM M x K x N."""
+def loop_gemm(M, K, N, precision="fp16", kmajor_b=False):
+    """The loop module (nothing mapped) of the benchmark's GEMM M x K x N (``kmajor_b``: B
+    given [N, K])."""
     if precision == "int8":
         from int8_ir import loop_module as int8_loop, matmul_integer_model
         return int8_loop(matmul_integer_model(M, K, N))
     from contraction_ir import loop_module, matmul_model
-    return loop_module(matmul_model(M=M, K=K, N=N, bias=False, relu=False))
+    return loop_module(matmul_model(M=M, K=K, N=N, bias=False, relu=False, trans_b=kmajor_b))
 
 
-def ptxc_kernel(M, K, N, cfg=None, precision="fp16"):
+def ptxc_kernel(M, K, N, cfg=None, precision="fp16", kmajor_b=False, wgmma="auto"):
     """(PtxProgram, schedule names) of the fp16 MatMul (or int8 MatMulInteger) M x K x N;
-    ``cfg`` (an mma Config) forces the tile instead of the schedule's heuristic."""
+    ``cfg`` (an mma Config) forces the tile instead of the schedule's heuristic; ``wgmma``:
+    map-to-gpu's option (auto, on, off)."""
     from ptxc.lower.gpu_map import mma
     from ptxc.ptx import lower_to_ptx
     from ptxc.rewrite import PassManager
-    m = loop_gemm(M, K, N, precision)
+    m = loop_gemm(M, K, N, precision, kmajor_b)
     if cfg is not None:
         mma.build_all(m, cfg)
-    PassManager("map-to-gpu").run(m)
+    PassManager(f"map-to-gpu{{wgmma={wgmma}}}").run(m)
     scheds = [o.attributes["schedule"] for o in m.walk() if o.name == "gpu.launch"]
     return lower_to_ptx(m), scheds
 
@@ -158,12 +169,13 @@ def time_queue(launch, sync) -> float:
     return best
 
 
-def run_shape(M, K, N, program=None, precision="fp16"):
+def run_shape(M, K, N, program=None, precision="fp16", kmajor_b=False, wgmma="auto"):
     import cuda.core as cc
     import torch
     from numba import cuda
 
-    p, scheds = program if program is not None else ptxc_kernel(M, K, N, precision=precision)
+    p, scheds = program if program is not None else ptxc_kernel(
+        M, K, N, precision=precision, kmajor_b=kmajor_b, wgmma=wgmma)
     rng = np.random.default_rng(0)
     if precision == "int8":
         from int8_ir import matmul_integer_model
@@ -172,7 +184,7 @@ def run_shape(M, K, N, program=None, precision="fp16"):
         b = numpy_helper.to_array(matmul_integer_model(M, K, N).graph.initializer[0])
     else:
         a = rng.standard_normal((M, K)).astype(np.float16)
-        b = rng.standard_normal((K, N)).astype(np.float16)
+        b = rng.standard_normal((N, K) if kmajor_b else (K, N)).astype(np.float16)
     t = p.table
     dev = {}
     for s in t.slots:
@@ -195,6 +207,8 @@ def run_shape(M, K, N, program=None, precision="fp16"):
     sec = time_queue(launch, stream.sync)
     y = dev["y"].copy_to_host()[:M * N].reshape(M, N)
     ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+    if kmajor_b:
+        tb = tb.t()        # [K, N], column-major: cuBLAS reads the same [N, K] bytes
     peer = torch.matmul
     if precision == "int8":
         tb_col = tb.t().contiguous().t()   # column-major [K, N]: cuBLASLt's int8 layout
@@ -214,8 +228,9 @@ def run_shape(M, K, N, program=None, precision="fp16"):
         err = float(np.abs(y - refn).max() / max(1e-6, np.abs(refn).max()))
     flops = 2 * M * N * K
     return {"M": M, "K": K, "N": N, "precision": precision, "schedules": scheds,
-            "kernels": [{"grid": k.grid, "block": k.block, "shared": k.shared_bytes}
-                        for k in t.kernels],
+            "b_layout": "[N,K]" if kmajor_b else "[K,N]", "arch": p.arch,
+            "kernels": [{"grid": k.grid, "block": k.block, "shared": k.shared_bytes,
+                         "schedule": k.schedule, "tile": k.tile} for k in t.kernels],
             "flops": flops, "ptxc_us": sec * 1e6, "cublas_us": tsec * 1e6,
             "ptxc_tflops": flops / sec / 1e12, "cublas_tflops": flops / tsec / 1e12,
             "ratio": tsec / sec, "max_rel_err" if precision != "int8" else "mismatches": err}
@@ -231,6 +246,10 @@ def main(argv=None) -> int:
                     help="fp16 (vs torch.matmul) or int8 (MatMulInteger vs torch._int_mm)")
     ap.add_argument("--ptxas", default=None, metavar="MxKxN",
                     help="no GPU: registers and spills of every candidate tile (ptxas)")
+    ap.add_argument("--kmajor-b", action="store_true",
+                    help="B given [N, K] (the wgmma form's layout) in the --shapes rows")
+    ap.add_argument("--wgmma", default="auto", choices=("auto", "on", "off"),
+                    help="map-to-gpu's wgmma option (sm_90: the wgmma form of large GEMMs)")
     args = ap.parse_args(argv)
     if args.ptxas:
         M, K, N = map(int, args.ptxas.split("x"))
@@ -248,17 +267,23 @@ def main(argv=None) -> int:
         for r in rows[:8]:
             print(r.get("config"), r.get("ptxc_tflops"), r.get("ratio"), r.get("error", ""))
         return 0
-    shapes = SHAPES if args.shapes is None else \
-        [tuple(map(int, s.split("x"))) + (s,) for s in args.shapes.split(",")]
+    if args.shapes is None:
+        shapes = [s + (False,) for s in SHAPES]
+        if args.precision == "fp16":
+            shapes += [s + (True,) for s in KMAJOR_SHAPES]
+    else:
+        shapes = [tuple(map(int, s.split("x"))) + (s, args.kmajor_b)
+                  for s in args.shapes.split(",")]
     rows = []
     int8 = args.precision == "int8"
     print(f"{args.precision}: ptxc vs {'torch._int_mm (TOPS)' if int8 else 'cuBLAS'}; ratio = "
           "peer time / ptxc time", flush=True)
     print(f"{'shape':>22} {'MxKxN':>16} {'ptxc us':>9} {'cuBLAS us':>9} {'ptxc TF/s':>9} "
           f"{'cuBLAS TF/s':>11} {'ratio':>6} {'mismatch' if int8 else 'rel err':>8}", flush=True)
-    for M, K, N, name in shapes:
+    for M, K, N, name, kmajor_b in shapes:
         try:
-            r = run_shape(M, K, N, precision=args.precision)
+            r = run_shape(M, K, N, precision=args.precision, kmajor_b=kmajor_b,
+                          wgmma=args.wgmma)
         except Exception as e:  # noqa: BLE001  (a benchmark row that failed says why)
             r = {"M": M, "K": K, "N": N, "error": f"{type(e).__name__}: {e}"}
             print(f"{name:>22} {M}x{K}x{N}: {r['error']}", flush=True)

@@ -29,6 +29,8 @@ from __future__ import annotations
 import logging
 import time
 
+import attrs
+
 from .errors import CompileError
 from .ir.core import Operation
 
@@ -115,6 +117,22 @@ def stage_pipeline(stage: str, target: str = "cpu") -> str:
     return TARGET_STAGE_PIPELINES[target].get(stage, STAGE_PIPELINES[stage])
 
 
+def pipeline_for_arch(pipeline: str, arch: str | None) -> str:
+    """``pipeline`` (text) with ``arch`` given to each ``map-to-gpu`` that names none: the
+    schedules then write only kernels that arch has (the wgmma form is sm_90's). Unchanged
+    when ``arch`` is None (map-to-gpu then assumes :func:`ptxc.ptx.default_arch`, as
+    lower_to_ptx does). Example: ``lower-tensor-to-loop,map-to-gpu`` with sm_80 ->
+    ``lower-tensor-to-loop,map-to-gpu{arch=sm_80}``."""
+    if not arch or "map-to-gpu" not in pipeline:
+        return pipeline
+    from .ptx.target import check_arch
+    check_arch(arch)      # a CompileError naming the arch, before any pass option parses it
+    from .rewrite.pipeline import parse_pipeline
+    passes = [attrs.evolve(p, arch=arch) if p.name == "map-to-gpu" and not p.arch else p
+              for p in parse_pipeline(pipeline)]
+    return ",".join(str(p) for p in passes)
+
+
 def as_module(model, input_shapes=None, constant_inputs=None) -> Operation:
     """A graph-dialect module from a path, bytes, ModelProto, Network or module (copied)."""
     if isinstance(model, Operation):
@@ -156,13 +174,14 @@ def graph_pipeline(graph_passes: str | None = None, precision: str = "fp32",
 def run_stages(module: Operation, until: str, *, graph_passes: str | None = None,
                timings: dict | None = None, target: str = "cpu", layout: str = DEFAULT_LAYOUT,
                on_stage=None, precision: str = "fp32", precision_overrides: dict | None = None,
-               **pm_options) -> Operation:
+               arch: str | None = None, **pm_options) -> Operation:
     """Run the IR stages on ``module`` in place, up to and including ``until`` (graph, tensor or
     loop), with ``target``'s pipelines; ``layout`` (LAYOUTS) appends the channels-last passes
     to the graph stage (after ``graph_passes`` when given). ``pm_options`` go to every
     PassManager (check_numerics, print_ir_after_all, ...); ``on_stage(stage, module)`` is called
     after each stage; ``precision``/``precision_overrides`` end the graph stage with
-    ``lower-precision`` (:func:`graph_pipeline`)."""
+    ``lower-precision`` (:func:`graph_pipeline`); ``arch`` (cuda) goes to map-to-gpu
+    (:func:`pipeline_for_arch`)."""
     from .rewrite.pass_manager import PassManager
     order = ["graph", "tensor", "loop"]
     if until not in order:
@@ -172,6 +191,8 @@ def run_stages(module: Operation, until: str, *, graph_passes: str | None = None
         pipeline = stage_pipeline(stage, target)
         if stage == "graph":
             pipeline = graph_pipeline(graph_passes, precision, precision_overrides, extra)
+        elif target == "cuda":
+            pipeline = pipeline_for_arch(pipeline, arch)
         t0 = time.perf_counter()
         log.info("%s stage (%s) ...", stage, pipeline)
         PassManager(pipeline, **pm_options).run(module)
@@ -272,7 +293,7 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
         prov: dict = {}  # loc -> the ONNX nodes an op there computes (fusions included)
         run_stages(module, "loop", graph_passes=graph_passes, timings=timings, target=target,
                    check_numerics=check_numerics, layout=layout, precision=precision,
-                   precision_overrides=precision_overrides,
+                   precision_overrides=precision_overrides, arch=arch,
                    on_stage=lambda stage, m: stage != "loop" and collect(m, prov))
         annotate_kernels(module, prov)
         from .driver.engine import Engine

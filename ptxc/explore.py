@@ -106,7 +106,7 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
         raise CompileError(f"arch={arch!r} chooses the PTX of stage 'ptx'; stage {stage!r} does "
                            "not depend on it")
     module = _as_module(model, input_shapes, constant_inputs)
-    from .compiler import graph_pipeline, layout_passes, resolve_layout
+    from .compiler import graph_pipeline, layout_passes, pipeline_for_arch, resolve_layout
     extra = layout_passes(resolve_layout(layout, module, target, precision), target)
     before = op_counts(module)
     stream = io.StringIO()
@@ -123,6 +123,8 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
         pipeline = stage_pipeline(s_name, target)
         if s_name == "graph":
             pipeline = graph_pipeline(passes, precision, precision_overrides, extra)
+        elif target == "cuda":
+            pipeline = pipeline_for_arch(pipeline, arch)
         managers.append(run_graph_stage(
             module, pipeline, stream=stream, print_ir_after_all=print_ir_after_all,
             print_ir_after_change=print_ir_after_change, dump_dir=stage_dump, timing=timing,

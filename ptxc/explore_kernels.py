@@ -25,7 +25,8 @@ from collections import Counter
 from .ir.core import Operation
 
 _SHOWN = ("gpu.cp_async", "gpu.cp_async_commit", "gpu.cp_async_wait", "gpu.barrier",
-          "gpu.ldmatrix", "gpu.mma", "loop.load", "loop.store")
+          "gpu.ldmatrix", "gpu.mma", "gpu.wgmma_fence", "gpu.wgmma", "gpu.wgmma_commit",
+          "gpu.wgmma_wait", "loop.load", "loop.store")
 
 
 def _label(op: Operation) -> str:
@@ -40,6 +41,12 @@ def _label(op: Operation) -> str:
         return f"ldmatrix.x{a.get('num')}" + (".trans" if a.get("trans") else "")
     if op.name == "gpu.mma":
         return f"mma.{a.get('shape')}"
+    if op.name == "gpu.wgmma":
+        return f"wgmma.{a.get('shape')}"
+    if op.name in ("gpu.wgmma_fence", "gpu.wgmma_commit"):
+        return op.name.replace("gpu.", "").replace("_", ".")
+    if op.name == "gpu.wgmma_wait":
+        return f"wgmma.wait {a.get('pending')}"
     return op.name.split(".", 1)[1]
 
 

@@ -1,3 +1,3 @@
 """The dialects; importing this package registers every op."""
 
-from . import func, arith, math, graph, tensor, loop, gpu, gpu_tensorcore  # noqa: F401
+from . import func, arith, math, graph, tensor, loop, gpu, gpu_tensorcore, gpu_wgmma  # noqa: F401

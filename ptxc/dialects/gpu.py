@@ -218,11 +218,15 @@ class Barrier(OpSpec):
 @register
 class Shared(OpSpec):
     """Per-block scratch memory of the result type (default layout), undefined at the start of
-    the launch; one copy per block, shared by its threads."""
+    the launch; one copy per block, shared by its threads. ``align`` (bytes, a power of two of
+    at least 16; default 16): where the buffer starts. The wgmma schedule asks for 1024: the
+    hardware applies a 128-byte swizzle to address bits, so a swizzled tile must start at a
+    multiple of the swizzle's 1024-byte period (ptxc/dialects/gpu_wgmma.py)."""
 
     name = "gpu.shared"
     operands = ()
     results = ("buffer",)
+    attributes = {"align": Attr("int", default=16)}
 
     def verify(self, op):
         t = op.results[0].type
@@ -230,6 +234,9 @@ class Shared(OpSpec):
             fail(op, f"result must be a buffer, is {t}")
         if not t.is_default_layout:
             fail(op, f"result must have the default layout, is {t}")
+        align = op.attr("align")
+        if align < 16 or align & (align - 1):
+            fail(op, f"align must be a power of two of at least 16, is {align}")
         parent = op.parent_op
         if parent is None or parent.name != "gpu.launch":
             fail(op, "must be directly in the body of a gpu.launch, not inside "
@@ -245,12 +252,14 @@ class Shared(OpSpec):
 
 
 def shared_bytes(launch: Operation) -> int:
-    """Bytes of shared memory a launch declares (the sum of its gpu.shared buffers)."""
+    """Bytes of shared memory a launch declares (the sum of its gpu.shared buffers, each
+    starting at a multiple of its ``align``)."""
     total = 0
     for op in launch.regions[0].blocks[0].ops:
         if op.name == "gpu.shared":
             t = op.results[0].type
-            total += t.size * t.element.np_dtype.itemsize
+            align = op.attr("align")
+            total = -(-total // align) * align + t.size * t.element.np_dtype.itemsize
     return total
 
 
@@ -283,6 +292,8 @@ def barrier(b: Builder) -> Operation:
     return b.create("gpu.barrier", [])
 
 
-def shared(b: Builder, shape, element) -> object:
-    """A ``gpu.shared`` buffer of ``shape`` and ``element`` (b must insert into a launch body)."""
-    return b.create("gpu.shared", [], None, result_types=[BufferType(shape, element)]).result
+def shared(b: Builder, shape, element, align: int = 16) -> object:
+    """A ``gpu.shared`` buffer of ``shape`` and ``element`` (b must insert into a launch body),
+    starting at a multiple of ``align`` bytes."""
+    attrs = {"align": align} if align != 16 else None
+    return b.create("gpu.shared", [], attrs, result_types=[BufferType(shape, element)]).result

@@ -3,8 +3,9 @@ loop nest (``loop.parallel``/``loop.for``/``loop.copy``) as an LLVM function ove
 buffers' pointers, for the CPU (the outer range split across threads by the runtime) and
 :class:`_GpuKernel` one ``gpu.launch`` for NVPTX (block and thread ids from the special
 registers, ``gpu.shared`` buffers as static or dynamic ``__shared__`` arrays, barriers and the
-tensor-core ops of :mod:`ptxc.lower.llvm_tensorcore`). The module-level driver (slots, the
-kernel table, the module, twins, metadata) stays in loop_to_llvm.
+tensor-core ops of :mod:`ptxc.lower.llvm_tensorcore` and :mod:`ptxc.lower.llvm_wgmma`). The
+module-level driver (slots, the kernel table, the module, twins, metadata) stays in
+loop_to_llvm.
 
 Example: ``loop.parallel (%i) = (0) to (4) { %v = loop.load %x[%i]; loop.store %v, %y[%i] }``
 becomes ``define void @kernel_0(ptr noalias %b0, ptr noalias %b1, i64 %begin, i64 %end)``
@@ -20,7 +21,7 @@ from llvmlite import ir
 
 from ..ir.core import BlockArgument, Operation, Value
 from ..ir.types import BufferType
-from . import llvm_tensorcore
+from . import llvm_tensorcore, llvm_wgmma
 from .llvm_fold import FoldingBuilder
 from .llvm_scalar import I64, ScalarEmitter, align_of, memory_type
 
@@ -284,6 +285,8 @@ class _GpuKernel(_Kernel):
             self.if_(op)
         elif name in llvm_tensorcore.OPS:
             llvm_tensorcore.emit(self, op)
+        elif name in llvm_wgmma.OPS:
+            llvm_wgmma.emit(self, op)
         else:
             super().emit(op)
 
@@ -291,13 +294,18 @@ class _GpuKernel(_Kernel):
         t: BufferType = op.results[0].type
         n = max(1, t.span)
         ty = ir.ArrayType(memory_type(t.element), n)
-        if self.dynamic:   # at the next 16-byte offset of the dynamic shared memory
+        align = max(16, op.attr("align"))
+        if self.dynamic:   # at the next ``align``-byte offset of the dynamic shared memory
             base = self.m.globals.get(DYNAMIC_SHARED)
             if base is None:
                 base = ir.GlobalVariable(self.m, ir.ArrayType(ir.IntType(8), 0), DYNAMIC_SHARED,
                                          addrspace=3)
                 base.linkage = "external"
                 base.align = 16
+            # the extern array's alignment is the largest any buffer asks for, so an offset
+            # that is a multiple of ``align`` is an address that is
+            base.align = max(base.align, align)
+            self.shared_bytes = -(-self.shared_bytes // align) * align
             at = ir.Constant(I64, self.shared_bytes)
             byte = self.b.gep(base, [ir.Constant(I64, 0), at], inbounds=True)
             # typed as the element, as a static array's GEP is: plain loads and stores need it
@@ -307,7 +315,7 @@ class _GpuKernel(_Kernel):
         g = ir.GlobalVariable(self.m, ty, f"{self.fn.name}.shared{self.n_shared}", addrspace=3)
         self.n_shared += 1
         g.linkage = "internal"
-        g.align = 16
+        g.align = align
         g.initializer = ir.Constant(ty, ir.Undefined)  # contents undefined at start (spec)
         self.ptrs[op.results[0]] = g
         self.shared_bytes += -(-n * np.dtype(t.element.np_dtype).itemsize // 16) * 16

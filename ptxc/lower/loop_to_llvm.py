@@ -77,7 +77,7 @@ from ..errors import CompileError
 from ..ir.core import BlockArgument, Operation, Value
 from ..ir.types import BufferType
 from ..rewrite.provenance import nodes_of
-from . import llvm_tensorcore
+from . import llvm_tensorcore, llvm_wgmma
 from .kernel_key import launch_key
 from .llvm_kernel import (DYNAMIC_SHARED, STATIC_SHARED_LIMIT, _ERROR, _GpuKernel,  # noqa: F401
                           _Kernel, _root)
@@ -97,7 +97,7 @@ _INNER = {"loop.parallel", "loop.for", "loop.copy", "loop.view", "loop.load", "l
 # NVPTX: the only top-level kernel is a gpu.launch; these may appear inside one
 _GPU_TOP = {"gpu.launch", "loop.alloc", "loop.global", "loop.view", "func.return"}
 _GPU_INNER = _INNER | {"loop.if", "gpu.block_id", "gpu.thread_id", "gpu.barrier",
-                       "gpu.shared"} | llvm_tensorcore.OPS
+                       "gpu.shared"} | llvm_tensorcore.OPS | llvm_wgmma.OPS
 _TARGETS = ("cpu", "nvptx")
 
 
@@ -443,7 +443,7 @@ def _nvptx_metadata(m: ir.Module, kernels: list) -> None:
         for axis, n in zip("xyz", k.block):
             m.add_named_metadata("nvvm.annotations",
                                  [fn, ir.MetaDataString(m, f"maxntid{axis}"), ir.Constant(i32, n)])
-        if k.schedule == "mma":
+        if k.schedule in ("mma", "wgmma"):
             m.add_named_metadata("nvvm.annotations",
                                  [fn, ir.MetaDataString(m, "minctasm"), ir.Constant(i32, 1)])
     m.add_named_metadata("llvm.module.flags", [ir.Constant(i32, 4),  # 4: Override

@@ -13,7 +13,8 @@ linked → NVPTX O3 → PTX text.
   what is unused and prints PTX; the PTX texts are joined into one (one header, one entry per
   launch). ``timings`` gains the seconds of each step.
 * :func:`default_arch`, :func:`~.target.target_machine`: the arch (``PTXC_CUDA_ARCH``, the
-  current GPU, else ``sm_90``) and its target machine.
+  current GPU, else ``sm_90``) and its target machine; :func:`kernels_arch`: sm_90 becomes
+  sm_90a for a program with a wgmma kernel (``PtxProgram.arch`` says which was built).
 * :func:`ptxas_path`, :func:`assemble`: the PTX assembler, to check PTX and read resources on a
   machine without a GPU.
 """
@@ -38,7 +39,7 @@ from .target import (NVPTX_TRIPLE, check_arch, default_arch, nvptx_data_layout, 
 
 __all__ = ["PtxProgram", "lower_to_ptx", "footprint_lines", "optimize_nvptx", "default_arch", "ptxas_path",
            "assemble", "PtxasReport", "KernelResources", "parse_report", "find_libdevice",
-           "target_machine", "NVPTX_TRIPLE", "nvptx_data_layout", "ptx_features", "check_arch"]
+           "target_machine", "kernels_arch", "NVPTX_TRIPLE", "nvptx_data_layout", "ptx_features", "check_arch"]
 
 
 @attrs.define
@@ -130,6 +131,7 @@ def _lower_to_ptx(loop_module, func, arch, opt_level, timings, jobs) -> PtxProgr
     prog = lower_loop_to_llvm(loop_module, func, target="nvptx", verify=False)
     clock("emit")
     kernels = prog.table.kernels
+    arch = kernels_arch(kernels, arch)
     if not kernels:  # nothing to split: the (empty) module as it is
         mod = optimize_nvptx(prog.text, arch, opt_level, [], timings)
         ptx = target_machine(arch).emit_assembly(mod)
@@ -155,6 +157,28 @@ def _lower_to_ptx(loop_module, func, arch, opt_level, timings, jobs) -> PtxProgr
     clock("join")
     return PtxProgram(ptx, arch, prog.text, prog.table,
                       {k: np.asarray(v) for k, v in prog.globals.items()})
+
+
+#: the schedules whose kernels need an arch-specific target, and what they need
+ARCH_SPECIFIC = {"wgmma": ("sm_90", "sm_90a")}
+
+
+def kernels_arch(kernels, arch: str) -> str:
+    """The arch to build ``kernels`` (kernel table entries) for when ``arch`` is asked: a
+    wgmma kernel (Hopper's warpgroup MMA) needs ``sm_90a``, so sm_90 becomes sm_90a for the
+    whole program (sm_90a PTX loads on sm_90 devices only, which is where wgmma runs; the other
+    kernels lose nothing); any other arch is a CompileError, as map-to-gpu only writes wgmma
+    kernels for sm_90 (its ``arch`` option)."""
+    for k in kernels:
+        need = ARCH_SPECIFIC.get(k.schedule)
+        if need is None:
+            continue
+        if arch not in need:
+            raise CompileError(f"ptx: kernel {k.name} ({k.schedule}) runs on sm_90 only, the "
+                               f"arch is {arch} (map with map-to-gpu{{arch={arch}}} or "
+                               "{wgmma=off})")
+        return need[-1]
+    return arch
 
 
 def footprint_lines(table: KernelTable) -> str:

@@ -29,7 +29,7 @@ from ...dialects.gpu import MAX_THREADS
 from ...errors import CompileError
 from ...ir.core import Operation
 from ...rewrite.pass_ import Pass, register_pass
-from . import mma, mma_epilogue, pointwise, reduction, tiled
+from . import mma, mma_epilogue, pointwise, reduction, tiled, wgmma
 from .common import KERNEL_OPS, parallel_space, points
 
 #: (name, schedule) in the order they are tried
@@ -83,6 +83,21 @@ def _check_epilogue(instance, attribute, value):
                          f"is {value!r}")
 
 
+def _check_wgmma(instance, attribute, value):
+    if value not in wgmma.MODES:
+        raise ValueError(f"wgmma must be one of {', '.join(wgmma.MODES)}, is {value!r}")
+
+
+def _check_arch(instance, attribute, value):
+    if value:
+        from ...ptx.target import check_arch
+        from ...errors import CompileError
+        try:
+            check_arch(value)
+        except CompileError as e:
+            raise ValueError(f"arch: {e}") from None
+
+
 def _check_min_reduction(instance, attribute, value):
     if not isinstance(value, int) or value < 0:
         raise ValueError(f"tiled-min-reduction must be a count of reduction points >= 0, is "
@@ -105,6 +120,12 @@ class MapToGpu(Pass):
     memory (16, the default: MobileNetV2 b1 fp16 took 0.40 ms against 0.49 with the tiled
     depthwise kernels on the H200, 2026-12-02; 0 lets the tiled schedule take every nest it
     can).
+    ``wgmma``: ``auto`` (default), ``on`` or ``off``: whether large fp16 GEMMs with K-major
+    operands take Hopper's warpgroup MMA (gpu_map/wgmma.py; on the H200 its hand-written
+    prototype reached 0.71x of cuBLAS at 4096^3 where mma.sync reached 0.50x); ``on`` takes
+    every GEMM it can, whatever its size. Never on an arch without wgmma: ``arch`` (e.g.
+    ``sm_90``; default ``ptxc.ptx.default_arch()``, what lower_to_ptx builds for) is the arch
+    the kernels are for; a compile passes its own.
 
     Before:
         "builtin.module"() ({
@@ -157,6 +178,8 @@ class MapToGpu(Pass):
                                     validator=_check_epilogue)
     tiled_min_reduction: int = attrs.field(default=tiled.DEFAULT_MIN_REDUCTION,
                                            validator=_check_min_reduction)
+    wgmma: str = attrs.field(default=wgmma.DEFAULT_MODE, validator=_check_wgmma)
+    arch: str = attrs.field(default="", validator=_check_arch)
 
     def run(self, module: Operation) -> bool:
         return map_to_gpu(module, self)

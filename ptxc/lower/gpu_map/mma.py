@@ -60,8 +60,14 @@ compile takes it from the cuda loop pipeline, ``ptxc.compiler.TARGET_STAGE_PIPEL
 region does not fit the shared memory. The tile string (``ptxc inspect``; the bench's profile rows) ends in
 ``epilogue staged`` when staged.
 
-Not yet: more than three stages (dynamic shared memory), vectorized epilogue stores, a
-stream-K or atomic split-K without the second kernel, wgmma (sm_90a).
+**wgmma** (wgmma.py): on sm_90, a large fp16 GEMM whose operands are both K-major takes
+Hopper's warpgroup instruction instead (``schedule`` dispatches to it first; map-to-gpu's
+``wgmma`` option: auto, on, off).
+
+Not yet: vectorized epilogue stores, a stream-K or atomic split-K without the second kernel,
+wgmma for M/N-major operands, int8, tf32 and implicit-GEMM convolutions (wgmma.py's list).
+(More than three stages: dynamic shared memory has allowed them since 2026-12, and
+:func:`candidates` searches up to five; the default stays three.)
 """
 
 from __future__ import annotations
@@ -592,10 +598,16 @@ def schedule(op: Operation, options=None) -> Operation | None:
     reduced-precision contraction (fp32 nests go to the tiled schedule: fp32 stays fp32, and
     so do the i32-shift form's integer nests of int8 layers that have no int8 form).
     ``options.mma_epilogue`` (map-to-gpu's ``mma-epilogue``) picks :attr:`Config.epilogue`
-    (kept ``fragment`` where the staged region would not fit the shared memory)."""
+    (kept ``fragment`` where the staged region would not fit the shared memory).
+    A large fp16 GEMM on sm_90 takes the wgmma form instead (wgmma.py; options ``wgmma``,
+    ``arch``)."""
     c = analyze(op)
     if c is None:
         return None
+    from . import wgmma   # wgmma.py builds on this module
+    wcfg = wgmma.choose(c, options)
+    if wcfg is not None:
+        return wgmma.build(c, wcfg)
     cfg = choose(c)
     if cfg is None:
         return None

@@ -1,0 +1,320 @@
+"""The gpu dialect's warpgroup tensor-core ops (Hopper, sm_90a): ``gpu.wgmma`` and its
+``gpu.wgmma_fence`` / ``gpu.wgmma_commit`` / ``gpu.wgmma_wait``. They are PTX's
+``wgmma.mma_async.sync.aligned.m64nNk16.f32.f16.f16``, ``wgmma.fence``, ``wgmma.commit_group``
+and ``wgmma.wait_group``; loop_to_llvm emits them as inline PTX (ptxc/lower/llvm_wgmma.py: LLVM
+22 has no intrinsic for the multiply) and the wgmma schedule (ptxc/lower/gpu_map/wgmma.py)
+builds kernels from them::
+
+    %sA = "gpu.shared"() {align = 1024} : () -> buffer<4x128x64xf16>
+    "gpu.wgmma_fence"() : () -> ()
+    %d0..%d63 = "gpu.wgmma"(%sA, %s, %m, %k, %sB, %s, %z, %k, %c0..%c63) {shape = "m64n128k16"}
+    "gpu.wgmma_commit"() : () -> ()
+    %e0..%e63 = "gpu.wgmma_wait"(%d0..%d63) {pending = 0}
+
+**Operands in shared memory.** A (64 x 16) and B (N x 16, i.e. B^T: n rows, k contiguous) are
+both *K-major* tiles of a ``gpu.shared`` f16 buffer whose rows are 64 elements (128 bytes), in
+the **128-byte swizzle** that the instruction's descriptors name (PTX ISA, "Matrix Descriptor
+Format", "Shared Memory Matrix Layout": swizzle mode 1): with ``r`` the buffer row (its byte
+offset / 128), logical 16-byte chunk ``c`` of row ``r`` is stored at chunk ``c ^ (r % 8)``. The
+hardware applies the xor to address bits 4-6 with bits 7-9, so the buffer must start at a
+multiple of 1024 bytes (``gpu.shared {align = 1024}``, checked by the verifier) and a tile's
+first row must be a multiple of 8 (checked when it runs). The indices name the tile's first
+element (its row and its first k, a multiple of 16 below 64); the op reads rows ``row ..
+row + 63`` (A) or ``row .. row + N - 1`` (B), columns ``k .. k + 15``, through the swizzle.
+
+**Accumulators** (PTX ISA, "Register Fragments and Shared Memory Matrix Layouts", wgmma
+``.m64nNk16`` D): thread ``t`` of the warpgroup (128 threads: warp ``w = t / 32``, lane ``l``)
+holds ``N / 2`` f32 values; value ``i`` is row ``16 w + l / 4 + 8 ((i / 2) % 2)``, column
+``8 (i / 4) + 2 (l % 4) + i % 2`` of the 64 x N tile (the mma.sync m16n8 C pattern, one per
+warp, repeated over N / 8 column blocks).
+
+**Asynchrony.** The multiply runs asynchronously: its results may not be read before a
+``gpu.wgmma_wait`` that covers its group. So the wait takes the accumulators and returns them
+(on the GPU: inline asm whose outputs are tied to its inputs, as Triton does, so LLVM cannot
+move a read of them above it; DESIGN.md's December facts), and the verifier refuses any use of
+a ``gpu.wgmma`` result other than as the accumulator of the next ``gpu.wgmma`` or an operand of
+``gpu.wgmma_wait``. The lockstep interpreter computes the product when the op is issued (the
+shared tiles it reads must then not change before the wait; the schedule waits for every group
+before refilling a stage) and checks the protocol: a ``gpu.wgmma`` needs a ``gpu.wgmma_fence``
+since the last wait (the accumulator registers were written), and a wait refuses wgmmas that
+were never committed. These ops must be reached by every thread of a warpgroup (a block of
+``128 k`` threads; ``.sync.aligned``), and their operands must be the same across it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..errors import CompileError
+from ..ir.core import Operation, OpResult
+from ..ir.spec import Attr, Operand, OpSpec, Result, fail, register
+from ..ir.types import F16, F32, INDEX, BufferType
+from .gpu import _state
+from .gpu_tensorcore import _in_launch
+
+WARPGROUP = 128
+#: bytes per swizzled row (the 128-byte swizzle) and of the pattern's period (8 rows)
+ROW_BYTES, SWIZZLE_PERIOD = 128, 1024
+ROW = ROW_BYTES // 2            # f16 elements per row: the K extent of a tile
+K = 16                          # k per instruction (f16)
+_SHAPE = re.compile(r"^m64n(\d+)k16$")
+
+
+def shape_n(shape) -> int | None:
+    """N of ``"m64nNk16"`` when wgmma has it for f16 (8 .. 256, a multiple of 8), else None."""
+    m = _SHAPE.match(shape or "")
+    n = int(m.group(1)) if m else 0
+    return n if 8 <= n <= 256 and n % 8 == 0 else None
+
+
+def accumulator_layout(n: int):
+    """(rows, cols): int arrays of shape (N / 2, 128): the element of the 64 x ``n`` D tile that
+    accumulator ``i`` of warpgroup thread ``t`` holds (module docstring)."""
+    t = np.arange(WARPGROUP)
+    w, lane = t // 32, t % 32
+    i = np.arange(n // 2)[:, None]
+    rows = 16 * w + lane // 4 + 8 * ((i // 2) % 2)
+    cols = 8 * (i // 4) + 2 * (lane % 4) + i % 2
+    return rows, cols
+
+
+def swizzled_column(row, col):
+    """The stored column of logical element ``col`` of buffer row ``row`` (128-byte swizzle:
+    the 16-byte chunk ``col / 8`` xor ``row % 8``). Numpy or Python ints."""
+    return ((col // 8) ^ (row % 8)) * 8 + col % 8
+
+
+def _shared_root(op, v):
+    if not (isinstance(v, OpResult) and v.owner.name == "gpu.shared"):
+        fail(op, "reads a gpu.shared buffer only (no view: the descriptor needs its base)")
+    return v.owner
+
+
+# ---- interpreter state --------------------------------------------------------------------------
+
+def _wgmma_state(op: Operation, interp) -> dict:
+    """The running launch's wgmma protocol state: fenced since the last wait, wgmmas issued
+    since the last commit, committed groups not yet waited for."""
+    state = _state(op, interp)
+    if not hasattr(state, "wgmma"):
+        state.wgmma = {"fenced": False, "uncommitted": 0, "groups": 0}
+    return state.wgmma
+
+
+def _groups(op: Operation, interp):
+    """(launch shape, warpgroups per block); refuses blocks that are not 1-D multiples of 128
+    and masks that split a warpgroup."""
+    state = _state(op, interp)
+    bx, by, bz = state.block
+    if by != 1 or bz != 1 or bx % WARPGROUP:
+        raise CompileError(f"{op.where}: warpgroup ops need a block of [128k, 1, 1] threads, "
+                           f"the launch has {list(state.block)}")
+    full = state.grid + state.block
+    mask = getattr(interp, "loop_mask", None)
+    if mask is not None:
+        m = np.broadcast_to(np.asarray(mask, bool), full)
+        w = m.reshape(full[:3] + (bx // WARPGROUP, WARPGROUP) + full[4:])
+        if (w.any(axis=4) != w.all(axis=4)).any():
+            raise CompileError(f"{op.where}: reached by some threads of a warpgroup and not "
+                               "others (.sync.aligned needs the whole warpgroup)")
+    return full, bx // WARPGROUP
+
+
+def _uniform(op, x, full, groups, what):
+    """``x`` broadcast over the launch, one value per (block, warpgroup): (gx, gy, gz, groups)."""
+    x = np.broadcast_to(np.asarray(x), full).reshape(full[:3] + (groups, WARPGROUP))
+    if (x != x[..., :1]).any():
+        raise CompileError(f"{op.where}: {what} differs across the threads of a warpgroup")
+    return x[..., 0]
+
+
+# ---- ops ----------------------------------------------------------------------------------------
+
+@register
+class Wgmma(OpSpec):
+    """``D = A x B^T + C`` on one warpgroup (PTX ``wgmma.mma_async.sync.aligned.m64nNk16.f32
+    .f16.f16`` with both operands' descriptors, K-major, 128-byte swizzle; module docstring).
+    Operands: A's ``gpu.shared`` buffer and the indices of its tile's first element, B's the
+    same (its N rows), then the ``N / 2`` f32 accumulators of each thread; results: D."""
+
+    name = "gpu.wgmma"
+    operands = ("a", Operand("a_indices", variadic=True), "b",
+                Operand("b_indices", variadic=True), Operand("c", variadic=True))
+    results = (Result("d", variadic=True),)
+    attributes = {"shape": Attr("str", required=True)}
+
+    def _n(self, op) -> int:
+        n = shape_n(op.attributes.get("shape"))
+        if n is None:
+            fail(op, f"shape must be m64nNk16 with N in 8 .. 256 a multiple of 8, is "
+                 f"{op.attributes.get('shape')!r}")
+        return n
+
+    def infer_types(self, op):
+        return [F32] * (self._n(op) // 2)
+
+    def verify(self, op):
+        _in_launch(op)
+        n = self._n(op)
+        g = self.groups(op)
+        for name, rows in (("a", 64), ("b", n)):
+            buf = g[name]
+            t = buf.type
+            if not isinstance(t, BufferType) or t.element != F16:
+                fail(op, f"{name} must be an f16 buffer, is {t}")
+            if t.rank < 2 or t.shape[-1] != ROW:
+                fail(op, f"{name}'s rows must be {ROW} f16 (128 bytes: the 128-byte swizzle), "
+                     f"is {t}")
+            if t.shape[-2] < rows:
+                fail(op, f"{name} has {t.shape[-2]} rows, the tile needs {rows}")
+            shared = _shared_root(op, buf)
+            if shared.attr("align") < SWIZZLE_PERIOD:
+                fail(op, f"{name}'s gpu.shared must be aligned to {SWIZZLE_PERIOD} bytes (the "
+                     f"swizzle's period), is {shared.attr('align')}")
+            idx = g[f"{name}_indices"]
+            if len(idx) != t.rank or any(v.type != INDEX for v in idx):
+                fail(op, f"{name}_indices must be {t.rank} index values")
+        c = g["c"]
+        if len(c) != n // 2 or any(v.type != F32 for v in c):
+            fail(op, f"{op.attributes['shape']} takes {n // 2} f32 accumulators, has "
+                 f"{len(c)} ({sorted({str(v.type) for v in c})})")
+        for r in op.results:   # asynchronous: only the next wgmma or the wait may read them
+            for use in r.uses:
+                user = use.op
+                if user.name == "gpu.wgmma_wait" or (
+                        user.name == "gpu.wgmma"
+                        and use.index >= len(user.operands) - len(self.groups(user)["c"])):
+                    continue
+                fail(op, f"result read by {user.name} before a gpu.wgmma_wait (it is "
+                     "asynchronous: pass it through the wait)")
+
+    def reference(self, op, args, interp):
+        n = self._n(op)
+        full, groups = _groups(op, interp)
+        st = _wgmma_state(op, interp)
+        if not st["fenced"]:
+            raise CompileError(f"{op.where}: no gpu.wgmma_fence since the accumulators were "
+                               "last written (PTX needs wgmma.fence before it)")
+        st["uncommitted"] += 1
+        g = self.groups(op, args)
+        blk = _uniform(op, interp.gpu_block, full, groups, "the block")
+        mats = []
+        for name, rows in (("a", 64), ("b", n)):
+            buf = self.groups(op)[name]
+            t = buf.type
+            storage = _storage(op, interp, g[name])
+            idx = [_uniform(op, i, full, groups, f"{name}_indices").astype(np.int64)
+                   for i in g[f"{name}_indices"]]
+            k0 = idx[-1]
+            if ((k0 % K) != 0).any() or (k0 < 0).any() or (k0 + K > ROW).any():
+                raise CompileError(f"{op.where}: {name}'s first k must be 0, 16, 32 or 48")
+            lead = sum(i * s for i, s in zip(idx[:-1], t.strides[:-1])) + t.offset
+            first_row = lead // ROW                      # the buffer row of the tile's row 0
+            if (first_row % 8).any():
+                raise CompileError(f"{op.where}: {name}'s tile starts at a buffer row that is "
+                                   "not a multiple of 8 (the swizzle's period)")
+            r = np.arange(rows)[:, None]
+            kk = np.arange(K)[None, :]
+            row_lin = first_row[..., None, None] + r                  # (..., rows, 1)
+            col = swizzled_column(row_lin, k0[..., None, None] + kk)  # (..., rows, 16)
+            rows_idx = idx[-2][..., None, None] + r
+            if (rows_idx >= t.shape[-2]).any() or (rows_idx < 0).any():
+                raise CompileError(f"{op.where}: {name}'s tile runs past its buffer's rows")
+            pick = [np.broadcast_to(i[..., None, None], col.shape) for i in idx[:-2]]
+            b_ = np.broadcast_to(blk[..., None, None], col.shape)
+            mats.append(storage[(b_, *pick, np.broadcast_to(rows_idx, col.shape), col)]
+                        .astype(np.float64))
+        A, B = mats                                       # (gx, gy, gz, groups, 64|n, 16)
+        rows, cols = accumulator_layout(n)
+        C = np.zeros(full[:3] + (groups, 64, n))
+        out_shape = full[:3] + (groups, WARPGROUP)
+        for i, v in enumerate(g["c"]):
+            v = np.broadcast_to(np.asarray(v), full).reshape(out_shape)
+            C[..., rows[i], cols[i]] = v
+        # f16 products are exact in f64; the sum is rounded to f32 once (as gpu.mma's)
+        D = (np.matmul(A, np.swapaxes(B, -1, -2)) + C).astype(np.float32)
+        return [np.ascontiguousarray(D[..., rows[i], cols[i]]).reshape(full)
+                for i in range(n // 2)]
+
+
+def _storage(op, interp, view):
+    from .loop import per_block
+    storage = per_block(interp, view)
+    if storage is None:
+        raise CompileError(f"{op.where}: reads a buffer that is not gpu.shared")
+    return storage
+
+
+class _Sync(OpSpec):
+    operands = ()
+    results = ()
+
+    def infer_types(self, op):
+        return []
+
+    def verify(self, op):
+        _in_launch(op)
+
+
+@register
+class WgmmaFence(_Sync):
+    """PTX ``wgmma.fence.sync.aligned``: orders the warpgroup's register and shared-memory
+    accesses before the ``gpu.wgmma`` that follow (needed before the first, and after the
+    accumulators were written by anything else, a previous wgmma included)."""
+
+    name = "gpu.wgmma_fence"
+
+    def reference(self, op, args, interp):
+        _groups(op, interp)
+        _wgmma_state(op, interp)["fenced"] = True
+        return []
+
+
+@register
+class WgmmaCommit(_Sync):
+    """PTX ``wgmma.commit_group.sync.aligned``: the ``gpu.wgmma`` issued since the last commit
+    form one group."""
+
+    name = "gpu.wgmma_commit"
+
+    def reference(self, op, args, interp):
+        _groups(op, interp)
+        st = _wgmma_state(op, interp)
+        if st["uncommitted"]:
+            st["groups"] += 1
+            st["uncommitted"] = 0
+        return []
+
+
+@register
+class WgmmaWait(OpSpec):
+    """PTX ``wgmma.wait_group.sync.aligned pending``: wait until at most ``pending`` committed
+    groups are in flight. It takes the accumulators the waited wgmmas write and returns them:
+    only its results may be read (module docstring)."""
+
+    name = "gpu.wgmma_wait"
+    operands = (Operand("values", variadic=True),)
+    results = (Result("out", variadic=True),)
+    attributes = {"pending": Attr("int", required=True)}
+
+    def infer_types(self, op):
+        return [v.type for v in op.operands]
+
+    def verify(self, op):
+        _in_launch(op)
+        if not 0 <= op.attributes["pending"] <= 7:
+            fail(op, f"pending must be in [0, 7], is {op.attributes['pending']}")
+        if any(v.type != F32 for v in op.operands):
+            fail(op, "values must be f32 accumulators")
+
+    def reference(self, op, args, interp):
+        _groups(op, interp)
+        st = _wgmma_state(op, interp)
+        if st["uncommitted"]:
+            raise CompileError(f"{op.where}: waits for gpu.wgmma never committed "
+                               "(gpu.wgmma_commit first)")
+        st["groups"] = min(st["groups"], op.attributes["pending"])
+        st["fenced"] = False
+        return list(args)

@@ -1,0 +1,235 @@
+"""The ``wgmma`` form of the mma schedule: fp16 GEMMs on Hopper's warpgroup tensor-core
+instruction (``wgmma.mma_async``, sm_90a), for the large ones where mma.sync stops at half of
+cuBLAS (0.50x at 4096^3 on an H200; the hand-written bench/wgmma_gemm.py reached 0.71x with
+the same instruction route, and this schedule writes that kernel from the IR).
+
+It takes what the mma schedule takes (:func:`contraction.analyze`: a MatMul, Gemm or batched
+MatMul nest of f16 operands accumulating in f32) when both operands are **K-major** with
+16-byte runs (:func:`mma.layout` ``Layout(kmajor=True, vector=True)``: A [M, K] and a weight
+stored [N, K], as ptxc stores a Gemm's or a transposed MatMul's), and writes::
+
+    grid = (N / BN, M / 128, batches)   block = 256 threads: two warpgroups of 64 rows
+    sA = gpu.shared [S][128][64] f16 {align = 1024}     both in the 128-byte swizzle: row r's
+    sB = gpu.shared [S][BN][64] f16 {align = 1024}      16-byte chunk c at chunk c ^ (r % 8)
+    copy K-tiles 0 .. S-2 into stages 0 .. S-2 (gpu.cp_async of 16 bytes to the swizzled
+        chunk, zero-filled past M, N and K); commit each
+    acc[BN / 2] = 0                                     (f32, per thread; carried)
+    for kt in 0 .. K / 64:
+        gpu.cp_async_wait(S - 2); gpu.barrier           tile kt has landed, stage kt-1 is free
+        gpu.wgmma_fence
+        for kk in 0 .. 3:                               k 16 kk .. 16 kk + 15 of the tile
+            acc = gpu.wgmma(sA[kt % S][64 wg][16 kk], sB[kt % S][0][16 kk], acc)  m64nBNk16
+        gpu.wgmma_commit; acc = gpu.wgmma_wait(acc) {pending = 0}
+        copy K-tile kt + S - 1 into stage (kt + S - 1) % S; commit
+    for each accumulator i of the thread (warp w of its warpgroup wg, lane l):
+        m = 128 by + 64 wg + 16 w + l / 4 + 8 ((i / 2) % 2),  n = BN bx + 8 (i / 4) + 2 (l % 4) + i % 2
+        where m < M and n < N: the nest's point program (start + acc, bias, activation, cast,
+        store), as the mma schedule's fragment epilogue (:meth:`mma._Builder._guarded_point`)
+
+This is bench/wgmma_gemm.py's kernel (its descriptors, swizzle, fence/commit/wait and
+accumulator layout, checked exact on the H200) with the compiler's edges: guards and zero-fill
+for any M, N and K % 8 == 0, batches, and the fused epilogue. The ops are the gpu dialect's
+(ptxc/dialects/gpu_wgmma.py: the interpreter reads the shared tiles through the swizzle the
+descriptors name and hands each thread its accumulators in wgmma's layout, so the mapped kernel
+is checked against the nest on the CPU); their PTX is ptxc/lower/llvm_wgmma.py's.
+
+**When** (:func:`choose`): map-to-gpu's option ``wgmma`` (``auto``, the default; ``on``;
+``off``) and the arch (map-to-gpu's ``arch``, else :func:`ptxc.ptx.default_arch`). Never on an
+arch other than sm_90 / sm_90a (wgmma is Hopper's; the PTX is then built for sm_90a, which runs
+on sm_90 devices only: :func:`ptxc.ptx.lower_to_ptx`). ``auto``: when the 128 x BN tiles give
+at least one CTA per SM (:data:`mma.SMS`), BN = 256 first (0.71x of cuBLAS at 4096^3 against
+0.63x at 128, both 4 stages), else 128; smaller GEMMs keep mma.sync, whose split-K fills the
+GPU. ``on``: every contraction it can take, whatever its size (tests; BN the smallest of 64,
+128, 256 that covers N). The tile string (``ptxc inspect``, the kernel table) reads ``f16
+wgmma 128x256x64 stages 4``.
+
+Decisions:
+
+* 4 stages: 192 KiB of dynamic shared memory at BN = 256 (one CTA per SM); 3 stages timed
+  0.70x, 4 0.71x (bench/wgmma_gemm.py, 2026-12).
+* the copies of tile kt + S - 1 go after the wait, as in the timed prototype; issuing them
+  between the commit and the wait (overlapping the multiply) is a thing to time next.
+* the fragment epilogue (no staging through shared memory): the mma schedule's staged
+  epilogue is written for its warp tiles; a staged wgmma epilogue (or stmatrix) comes next.
+
+Open question for the GPU: the copies are ``cp.async`` (generic proxy) and wgmma reads shared
+memory through the async proxy; the PTX ISA asks for a ``fence.proxy.async`` between such
+writes and the reads. The prototype (no proxy fence: cp.async wait, barrier, wgmma.fence) was
+exact on the H200 and this kernel keeps its sequence; compute-sanitizer's racecheck on it, and
+a proxy fence after the cp.async wait if it or a wrong answer says so, are the next check.
+
+Not yet: an M/N-major operand (wgmma's transposed-B descriptors; such GEMMs stay on mma.sync,
+e.g. a MatMul of two activations b [K, N]), TMA and a producer warpgroup with mbarriers
+(what reaches 74-92% of cuBLAS in published Hopper GEMMs), split-K, int8 (``.s8``) and tf32,
+and implicit-GEMM convolution (its gathered rows stay on mma.sync).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ...dialects.gpu import MAX_GRID_YZ, barrier, block_id, shared, thread_id
+from ...dialects.gpu_wgmma import SWIZZLE_PERIOD, WARPGROUP
+from ...dialects.loop import for_loop, if_op
+from ...ir.builder import Builder
+from ...ir.core import Operation, Value
+from . import mma
+from .common import add, cmp, const, div, launch_before, mul, sub
+from .contraction import Contraction
+
+SCHEDULE = "wgmma"
+BM, BK = 128, 64              # two warpgroups of 64 rows; one 128-byte swizzled row of K
+STAGES = 4
+#: BN, largest first (``auto`` takes the first that gives a CTA per SM)
+BNS = (256, 128)
+#: map-to-gpu's ``wgmma`` option
+MODES = ("auto", "on", "off")
+DEFAULT_MODE = "auto"
+#: the archs that have wgmma (sm_90: built as sm_90a)
+ARCHS = ("sm_90", "sm_90a")
+
+
+@attrs.frozen
+class Config:
+    """A wgmma tile: 128 x ``bn`` x 64, two consumer warpgroups, ``stages`` cp.async stages.
+    The attributes the mma builder reads (warps, splits, epilogue) are fixed."""
+    bn: int
+    stages: int = STAGES
+
+    bm = BM
+    bk = BK
+    warps_m, warps_n = 8, 1
+    wm = 64                   # rows per warpgroup (the builder's "warp tile")
+    splits = 1
+    epilogue = "fragment"
+
+    @property
+    def wn(self) -> int:
+        return self.bn
+
+    @property
+    def threads(self) -> int:
+        return 2 * WARPGROUP
+
+    def describe(self, kind: str) -> str:
+        return f"{kind} wgmma {self.bm}x{self.bn}x{self.bk} stages {self.stages}"
+
+
+def shared_bytes(cfg: Config) -> int:
+    return cfg.stages * (cfg.bm + cfg.bn) * cfg.bk * 2
+
+
+def takes(c: Contraction) -> bool:
+    """Whether the wgmma form can compute ``c`` at all: f16, both operands K-major with 16-byte
+    runs (the swizzled K-major tiles; module docstring), a grid that fits."""
+    kmajor = mma.Layout(kmajor=True, vector=True)
+    return (c.kind == "f16" and c.batches <= MAX_GRID_YZ
+            and all(mma.layout(c, x) == kmajor for x in (c.a, c.b)))
+
+
+def choose(c: Contraction, options=None) -> Config | None:
+    """The wgmma tile for ``c`` under map-to-gpu's ``options`` (``wgmma``, ``arch``), or None
+    when the mma.sync form should take it (module docstring, "When")."""
+    mode = getattr(options, "wgmma", DEFAULT_MODE)
+    if mode == "off" or not takes(c):
+        return None
+    arch = getattr(options, "arch", "") or None
+    if arch is None:
+        from ...ptx.target import default_arch
+        arch = default_arch()
+    if arch not in ARCHS:
+        return None
+    for bn in BNS:
+        if -(-c.M // BM) * -(-c.N // bn) * c.batches >= mma.SMS:
+            cfg = Config(bn)
+            break
+    else:
+        if mode != "on":
+            return None
+        cfg = Config(next(bn for bn in (64, 128, 256) if bn >= c.N or bn == 256))
+    return cfg if shared_bytes(cfg) <= mma.SHARED_LIMIT else None
+
+
+class _Builder(mma._Builder):
+    """Writes the launch of one contraction in the wgmma form (module docstring). Reuses the
+    mma builder's copies (with the xor swizzle of :meth:`_swizzle`) and its point program."""
+
+    def _swizzle(self, b: Builder, x, row: Value, col: Value) -> Value:
+        """The stored column of element ``col`` of tile row ``row``: the 128-byte swizzle the
+        descriptors name (gpu_wgmma.swizzled_column). A stage is a multiple of 8 rows of 128
+        bytes, so the tile row and the buffer row agree mod 8."""
+        chunk = div(b, col, 8)
+        low = b.create("arith.bit_and", [row, const(b, 7)]).result
+        sw = b.create("arith.bit_xor", [chunk, low]).result
+        return add(b, mul(b, sw, 8), sub(b, col, mul(b, chunk, 8)))
+
+    def build(self) -> Operation:
+        c, cfg = self.c, self.cfg
+        grid = (-(-c.N // cfg.bn), -(-c.M // cfg.bm), c.batches)
+        top = Builder.before_op(c.nest.op)
+        self.ws = None
+        self.flat = {}
+        for x in (c.a, c.b):   # cp.async addresses: element offsets into a flat view
+            root = mma._root(x.buffer)
+            self.flat[id(x)] = top.create("loop.view", [root], {
+                "offset": 0, "shape": (root.type.span,), "strides": (1,)}).result
+        launch, b = launch_before(c.nest.op, grid, (cfg.threads, 1, 1), SCHEDULE)
+        launch.attributes["tile"] = cfg.describe(c.kind)
+        self.s = {id(x): shared(b, self._tile_shape(x), self.el, align=SWIZZLE_PERIOD)
+                  for x in (c.a, c.b)}
+        self.tid = tid = thread_id(b, 0)
+        self.warp = div(b, tid, 32)
+        self.lane = sub(b, tid, mul(b, self.warp, 32))
+        wg = div(b, tid, WARPGROUP)
+        self.wm0 = mul(b, wg, 64)
+        self.base = {id(c.a): mul(b, block_id(b, 1), cfg.bm),
+                     id(c.b): mul(b, block_id(b, 0), cfg.bn)}
+        self.batch_lin = block_id(b, 2)
+        self.split = None
+        self.batch = mma._index_values(b, c, c.batch, self.batch_lin) if c.batch else {}
+        for s in range(cfg.stages - 1):   # S - 1 groups, empty past the last tile, so that
+            if s < self.kts:                # the loop's wait(S - 2) always means "tile kt"
+                self._copy(b, const(b, s), const(b, s))
+            b.create("gpu.cp_async_commit", [])
+        zero = b.create("arith.constant", [], {"value": 0.0, "type": self.acc_t}).result
+        loop, fb, kt, carried = for_loop(b, 0, self.kts, 1, inits=[zero] * (cfg.bn // 2))
+        fb.create("gpu.cp_async_wait", [], {"pending": cfg.stages - 2})
+        barrier(fb)
+        stage = mma._rem(fb, kt, cfg.stages)
+        zero_i = const(fb, 0)
+        fb.create("gpu.wgmma_fence", [])
+        acc = list(carried)
+        for kk in range(cfg.bk // 16):
+            k0 = const(fb, 16 * kk)
+            acc = list(fb.create("gpu.wgmma", [
+                self.s[id(c.a)], [stage, self.wm0, k0], self.s[id(c.b)], [stage, zero_i, k0],
+                acc], {"shape": f"m64n{cfg.bn}k16"}).results)
+        fb.create("gpu.wgmma_commit", [])
+        acc = list(fb.create("gpu.wgmma_wait", [acc], {"pending": 0}).results)
+        nxt = add(fb, kt, cfg.stages - 1)
+        _, ib = if_op(fb, cmp(fb, "lt", nxt, self.kts))
+        self._copy(ib, mma._rem(ib, nxt, cfg.stages), nxt)
+        fb.create("gpu.cp_async_commit", [])
+        fb.create("loop.yield", acc)
+        self._wgmma_epilogue(b, wg, list(loop.results))
+        return launch
+
+    def _wgmma_epilogue(self, b: Builder, wg: Value, acc: list) -> None:
+        """The point program per accumulator, at the element wgmma's D layout gives it
+        (gpu_wgmma.accumulator_layout)."""
+        c = self.c
+        w = sub(b, self.warp, mul(b, wg, 4))            # the warp within its warpgroup
+        g = div(b, self.lane, 4)
+        t2 = mul(b, sub(b, self.lane, mul(b, g, 4)), 2)
+        m_base = add(b, add(b, add(b, self.base[id(c.a)], self.wm0), mul(b, w, 16)), g)
+        n_base = add(b, self.base[id(c.b)], t2)
+        for i, v in enumerate(acc):
+            m = add(b, m_base, 8 * ((i // 2) % 2))
+            n = add(b, n_base, 8 * (i // 4) + i % 2)
+            self._guarded_point(b, m, n, lambda eb, v=v: v)
+
+
+def build(c: Contraction, cfg: Config) -> Operation:
+    """The wgmma launch of ``c`` with tile ``cfg`` (inserted before its nest, which the caller
+    erases)."""
+    return _Builder(c, cfg).build()

@@ -1,0 +1,78 @@
+"""The wgmma form of the mma schedule on the GPU (ptxc/lower/gpu_map/wgmma.py; sm_90 only):
+fp16 GEMMs whose operands are both K-major (ONNX Gemm with transB=1, the weight [N, K]: how
+torch exports nn.Linear), compiled with ``ptxc.compile(target="cuda", precision="fp16")``,
+against numpy in float64 (relative error below 1e-2 of the output's scale), and the kernel
+table must name the wgmma tile. 4096^3 (BN 256) and 4096 x 512 x 768 (BN 128) take wgmma on
+their own (map-to-gpu ``wgmma=auto``); 512^3 leaves SMs idle, so mma.sync would take it: it is
+forced with ``map-to-gpu{wgmma=on}``, as are the edge cases. (A MatMul whose weight is [K, N]
+is N-major: it stays on mma.sync until wgmma's transposed-B descriptors are written.) Skipped without a GPU (marker
+``gpu``) and on GPUs other than sm_90 (H100/H200)."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ptxc
+import ptxc.compiler as compiler
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def hopper():
+    from ptxc.driver.plan import device_arch
+    if device_arch() not in ("sm_90", "sm_90a"):
+        pytest.skip(f"wgmma needs sm_90, the GPU is {device_arch()}")
+
+
+def gemm_model(M, K, N, seed=0):
+    """``y = x @ w^T + bias`` (ONNX Gemm, transB=1: the weight [N, K], K-major)."""
+    rng = np.random.default_rng(seed)
+    w = numpy_helper.from_array(rng.standard_normal((N, K)).astype(np.float32), "w")
+    bias = numpy_helper.from_array(rng.standard_normal(N).astype(np.float32), "bias")
+    g = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "bias"], ["y"], transB=1)], "gemm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [M, K])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [M, N])], [w, bias])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def compile_fp16(model, monkeypatch, force: bool):
+    if force:
+        monkeypatch.setitem(compiler.TARGET_STAGE_PIPELINES, "cuda",
+                            {"loop": "lower-tensor-to-loop,map-to-gpu{wgmma=on}"})
+    return ptxc.compile(model, target="cuda", precision="fp16", cache=False)
+
+
+def check(engine, got, ref, tile):
+    tiles = [k.tile for k in engine.kernels.kernels if k.schedule == "wgmma"]
+    assert tiles == [tile], [(k.schedule, k.tile) for k in engine.kernels.kernels]
+    assert engine.arch == "sm_90a"
+    err = float(np.abs(got - ref).max() / np.abs(ref).max())
+    assert err < 1e-2, err
+
+
+@pytest.mark.parametrize("shape, tile", [((512, 512, 512), "f16 wgmma 128x256x64 stages 4"),
+                                         ((512, 512, 128), "f16 wgmma 128x128x64 stages 4"),
+                                         ((4096, 4096, 4096), "f16 wgmma 128x256x64 stages 4"),
+                                         ((4096, 512, 768), "f16 wgmma 128x128x64 stages 4")])
+def test_gemm_fp16_on_wgmma(shape, tile, monkeypatch):
+    M, K, N = shape
+    model = gemm_model(M, K, N)
+    engine = compile_fp16(model, monkeypatch, force=M < 4096)
+    x = np.random.default_rng(1).standard_normal((M, K)).astype(np.float32)
+    w = numpy_helper.to_array(model.graph.initializer[0]).astype(np.float64)
+    bias = numpy_helper.to_array(model.graph.initializer[1]).astype(np.float64)
+    ref = x.astype(np.float64) @ w.T + bias
+    check(engine, engine.run({"x": x})["y"], ref, tile)
+
+
+def test_edges_on_wgmma(monkeypatch):
+    """M, N off the tile, K not a multiple of 64: guards and zero-fill on the device."""
+    model = gemm_model(200, 328, 136, seed=3)
+    engine = compile_fp16(model, monkeypatch, force=True)
+    x = np.random.default_rng(4).standard_normal((200, 328)).astype(np.float32)
+    w = numpy_helper.to_array(model.graph.initializer[0]).astype(np.float64)
+    bias = numpy_helper.to_array(model.graph.initializer[1]).astype(np.float64)
+    check(engine, engine.run({"x": x})["y"], x.astype(np.float64) @ w.T + bias,
+          "f16 wgmma 128x256x64 stages 4")

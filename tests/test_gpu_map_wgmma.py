@@ -1,0 +1,204 @@
+"""The wgmma form of the mma schedule (ptxc/lower/gpu_map/wgmma.py) and its ops
+(ptxc/dialects/gpu_wgmma.py): fp16 GEMMs with K-major operands on Hopper's warpgroup MMA.
+Each mapped module runs in the lockstep interpreter (the ops read the shared tiles through
+the 128-byte swizzle and hand out accumulators in wgmma's D layout) and must match the unmapped
+nest; the protocol (fence, commit, wait) is checked there too; the choice follows the size,
+the operands' layout, the arch and map-to-gpu's ``wgmma`` option; the PTX (sm_90a) assembles
+with ptxas without spills.
+"""
+
+import numpy as np
+import pytest
+
+from contraction_ir import inputs_for, loop_module, matmul_model
+from ptxc.dialects.gpu_wgmma import accumulator_layout, swizzled_column
+from ptxc.dialects.loop import run_main
+from ptxc.errors import CompileError, VerifyError
+from ptxc.ir.verifier import verify
+from ptxc.lower.gpu_map import contraction, wgmma
+from ptxc.ptx import assemble, kernels_arch, lower_to_ptx, ptxas_path
+from ptxc.rewrite import PassManager
+
+needs_ptxas = pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not installed here")
+
+
+def launches(m):
+    return [o for o in m.walk() if o.name == "gpu.launch"]
+
+
+def mapped(model, options="{wgmma=on}"):
+    m = loop_module(model)
+    x = inputs_for(model)
+    want = run_main(m, x)
+    PassManager("map-to-gpu" + options).run(m)
+    return m, x, want
+
+
+def check_close(got, want):
+    for k in want:
+        scale = max(1.0, float(np.abs(want[k]).max()))
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5 * scale, err_msg=k)
+
+
+#: K-major operands (b given [N, K]: a weight as ptxc stores a Gemm's)
+MATMULS = {
+    "128x128x128": dict(M=128, K=128, N=128),
+    "edges_130x96x72": dict(M=130, K=96, N=72),          # M, N overhang; K not a multiple of 64
+    "n256_k40": dict(M=64, K=40, N=256),                 # BN 256, one K tile zero-filled
+    "batched_2": dict(M=64, K=64, N=64, batch=(2,)),
+    "long_k_no_bias": dict(M=128, K=512, N=64, bias=False, relu=False),   # K tiles > stages
+}
+
+
+@pytest.mark.parametrize("case", sorted(MATMULS))
+def test_wgmma_kernel_matches_the_nest(case):
+    model = matmul_model(trans_b=True, **MATMULS[case])
+    m, x, want = mapped(model)
+    assert "wgmma" in [o.attributes["schedule"] for o in launches(m)]
+    check_close(run_main(m, x), want)
+
+
+def test_tile_string_and_shared_alignment():
+    m, _, _ = mapped(matmul_model(M=128, K=128, N=256, trans_b=True))
+    (launch,) = launches(m)
+    assert launch.attributes["tile"] == "f16 wgmma 128x256x64 stages 4"
+    assert launch.attributes["block"] == (256, 1, 1)
+    shared = [o for o in launch.walk() if o.name == "gpu.shared"]
+    assert [o.results[0].type.shape for o in shared] == [(4, 128, 64), (4, 256, 64)]
+    assert all(o.attr("align") == 1024 for o in shared)
+
+
+def _drop(m, name):
+    op = next(o for o in m.walk() if o.name == name)
+    op.erase()
+
+
+@pytest.mark.parametrize("name, why", [("gpu.wgmma_fence", "no gpu.wgmma_fence"),
+                                       ("gpu.wgmma_commit", "never committed")])
+def test_the_interpreter_checks_the_protocol(name, why):
+    model = matmul_model(M=64, K=64, N=64, trans_b=True)
+    m, x, _ = mapped(model)
+    _drop(m, name)
+    with pytest.raises(CompileError, match=why):
+        run_main(m, x)
+
+
+def test_a_result_read_before_the_wait_is_refused():
+    m, _, _ = mapped(matmul_model(M=64, K=64, N=64, trans_b=True))
+    wait = next(o for o in m.walk() if o.name == "gpu.wgmma_wait")
+    # read the last wgmma's results directly: skip the wait
+    for old, new in zip(wait.results, wait.operands):
+        old.replace_all_uses_with(new)
+    wait.erase()
+    with pytest.raises(VerifyError, match="before a gpu.wgmma_wait"):
+        verify(m)
+
+
+def test_the_layouts_are_the_prototypes():
+    """The accumulator layout is bench/wgmma_gemm.py's epilogue (warp w: rows 16 w + l / 4
+    (+8), columns 8 j + 2 (l % 4) (+1) for value 4 j + 2 h + e) and the swizzle its copies'."""
+    rows, cols = accumulator_layout(256)
+    t = np.arange(128)
+    w, lane = t // 32, t % 32
+    for j in range(32):
+        for h in (0, 1):
+            for e in (0, 1):
+                i = 4 * j + 2 * h + e
+                assert (rows[i] == 16 * w + lane // 4 + 8 * h).all()
+                assert (cols[i] == 8 * j + 2 * (lane % 4) + e).all()
+    # every (row, col) of the 64 x 256 tile exactly once
+    assert len({(r, c) for r, c in zip(rows.ravel(), cols.ravel())}) == 64 * 256
+    r = np.arange(16)[:, None]
+    c = np.arange(64)[None, :]
+    assert (swizzled_column(r, c) * 2 == (((c // 8) ^ (r % 8)) * 16 + (c % 8) * 2)).all()
+
+
+def _contraction(model):
+    m = loop_module(model)
+    return next(contraction.analyze(o) for o in m.walk()
+                if o.name == "loop.parallel" and contraction.analyze(o) is not None)
+
+
+class _Opts:
+    def __init__(self, wgmma="auto", arch="sm_90"):
+        self.wgmma, self.arch = wgmma, arch
+
+
+def test_when_the_wgmma_form_is_chosen():
+    big = _contraction(matmul_model(M=4096, K=256, N=4096, trans_b=True))
+    assert wgmma.choose(big, _Opts()) == wgmma.Config(256)
+    assert wgmma.choose(big, _Opts(arch="sm_90a")) == wgmma.Config(256)
+    # 4096 x 768: 32 x 3 tiles of 256 leave SMs idle, 32 x 6 of 128 do not
+    mid = _contraction(matmul_model(M=4096, K=64, N=768, trans_b=True))
+    assert wgmma.choose(mid, _Opts()) == wgmma.Config(128)
+    assert wgmma.choose(big, _Opts(wgmma="off")) is None
+    for arch in ("sm_80", "sm_89", "sm_100"):     # wgmma is Hopper's
+        assert wgmma.choose(big, _Opts(arch=arch)) is None
+        assert wgmma.choose(big, _Opts(wgmma="on", arch=arch)) is None
+    small = _contraction(matmul_model(M=128, K=64, N=128, trans_b=True))
+    assert wgmma.choose(small, _Opts()) is None                # mma.sync (and split-K)
+    assert wgmma.choose(small, _Opts(wgmma="on")) == wgmma.Config(128)
+    # b [K, N] (N contiguous): not K-major, mma.sync's ldmatrix.trans takes it
+    nmajor = _contraction(matmul_model(M=4096, K=256, N=4096))
+    assert not wgmma.takes(nmajor) and wgmma.choose(nmajor, _Opts(wgmma="on")) is None
+
+
+def test_map_to_gpu_options():
+    from ptxc.lower.gpu_map import MapToGpu
+    assert MapToGpu().wgmma == "auto" and MapToGpu().arch == ""
+    with pytest.raises(ValueError, match="wgmma must be one of"):
+        MapToGpu(wgmma="maybe")
+    with pytest.raises(ValueError, match="arch"):
+        MapToGpu(arch="gfx90a")
+    m, _, _ = mapped(matmul_model(M=64, K=64, N=64, trans_b=True), "{wgmma=on arch=sm_80}")
+    assert [o.attributes["schedule"] for o in launches(m)] == ["mma"]
+
+
+def test_a_compile_for_another_arch_keeps_mma_sync():
+    from ptxc.compiler import pipeline_for_arch
+    assert pipeline_for_arch("lower-tensor-to-loop,map-to-gpu", "sm_80") == \
+        "lower-tensor-to-loop,map-to-gpu{arch=sm_80}"
+    assert pipeline_for_arch("map-to-gpu{arch=sm_90}", "sm_80") == "map-to-gpu{arch=sm_90}"
+    assert pipeline_for_arch("lower-tensor-to-loop,map-to-gpu", None) == \
+        "lower-tensor-to-loop,map-to-gpu"
+
+
+def test_wgmma_programs_build_for_sm_90a_only():
+    class K:
+        def __init__(self, schedule):
+            self.schedule, self.name = schedule, "kernel_0"
+    assert kernels_arch([K("mma"), K("wgmma")], "sm_90") == "sm_90a"
+    assert kernels_arch([K("wgmma")], "sm_90a") == "sm_90a"
+    assert kernels_arch([K("mma")], "sm_90") == "sm_90"
+    with pytest.raises(CompileError, match="sm_90 only"):
+        kernels_arch([K("wgmma")], "sm_80")
+
+
+@needs_ptxas
+@pytest.mark.parametrize("case", ["edges_130x96x72", "batched_2"])
+def test_small_wgmma_kernels_assemble(case):
+    m, _, _ = mapped(matmul_model(trans_b=True, **MATMULS[case]))
+    p = lower_to_ptx(m, arch="sm_90")
+    assert p.arch == "sm_90a" and ".target sm_90a" in p.ptx
+    assert "wgmma.mma_async.sync.aligned.m64n" in p.ptx
+    rep = assemble(p.ptx, p.arch)
+    for k in rep.kernels.values():
+        assert k.spill_stores == 0 and k.spill_loads == 0, k
+
+
+@needs_ptxas
+@pytest.mark.slow
+@pytest.mark.parametrize("shape, tile", [((4096, 4096, 4096), "f16 wgmma 128x256x64 stages 4"),
+                                         ((4096, 4096, 768), "f16 wgmma 128x128x64 stages 4")])
+def test_large_wgmma_kernel_assembles_without_spills(shape, tile):
+    M, K, N = shape
+    m = loop_module(matmul_model(M=M, K=K, N=N, trans_b=True, bias=False, relu=False))
+    PassManager("map-to-gpu{arch=sm_90}").run(m)
+    (launch,) = launches(m)
+    assert launch.attributes["tile"] == tile
+    p = lower_to_ptx(m, arch="sm_90")
+    assert ".extern .shared .align 1024" in p.ptx
+    (k,) = p.table.kernels
+    assert k.dynamic_shared == 4 * (128 + int(tile.split("x")[1])) * 64 * 2
+    r = assemble(p.ptx, p.arch).kernels[k.name]
+    assert r.spill_stores == 0 and r.spill_loads == 0, r
