@@ -125,12 +125,18 @@ class _Opts:
 
 
 def test_when_the_wgmma_form_is_chosen():
-    big = _contraction(matmul_model(M=4096, K=256, N=4096, trans_b=True))
+    big = _contraction(matmul_model(M=4096, K=2048, N=4096, trans_b=True))
     assert wgmma.choose(big, _Opts()) == wgmma.Config(256)
     assert wgmma.choose(big, _Opts(arch="sm_90a")) == wgmma.Config(256)
     # 4096 x 768: 32 x 3 tiles of 256 leave SMs idle, 32 x 6 of 128 do not
-    mid = _contraction(matmul_model(M=4096, K=64, N=768, trans_b=True))
+    mid = _contraction(matmul_model(M=4096, K=2048, N=768, trans_b=True))
     assert wgmma.choose(mid, _Opts()) == wgmma.Config(128)
+    # K too short for BN 256's pipeline (MIN_K): 128; shorter still: mma.sync
+    assert wgmma.choose(_contraction(matmul_model(M=4096, K=512, N=4096, trans_b=True)),
+                        _Opts()) == wgmma.Config(128)
+    shallow = _contraction(matmul_model(M=4096, K=256, N=4096, trans_b=True))
+    assert wgmma.choose(shallow, _Opts()) is None
+    assert wgmma.choose(shallow, _Opts(wgmma="on")) == wgmma.Config(256)
     assert wgmma.choose(big, _Opts(wgmma="off")) is None
     for arch in ("sm_80", "sm_89", "sm_100"):     # wgmma is Hopper's
         assert wgmma.choose(big, _Opts(arch=arch)) is None

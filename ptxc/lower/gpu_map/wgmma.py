@@ -37,9 +37,10 @@ is checked against the nest on the CPU); their PTX is ptxc/lower/llvm_wgmma.py's
 ``off``) and the arch (map-to-gpu's ``arch``, else :func:`ptxc.ptx.default_arch`). Never on an
 arch other than sm_90 / sm_90a (wgmma is Hopper's; the PTX is then built for sm_90a, which runs
 on sm_90 devices only: :func:`ptxc.ptx.lower_to_ptx`). ``auto``: when the 128 x BN tiles give
-at least one CTA per SM (:data:`mma.SMS`), BN = 256 first (0.71x of cuBLAS at 4096^3 against
-0.63x at 128, both 4 stages), else 128; smaller GEMMs keep mma.sync, whose split-K fills the
-GPU. ``on``: every contraction it can take, whatever its size (tests; BN the smallest of 64,
+at least one CTA per SM (:data:`mma.SMS`) and K is deep enough (:data:`MIN_K`), BN = 256 first
+(0.71x of cuBLAS at 4096^3 against 0.63x at 128, both 4 stages), else 128; smaller or shallower
+GEMMs keep mma.sync, whose split-K fills the GPU and whose staged epilogue won on ResNet-50's
+short-K 1x1 convs. ``on``: every contraction it can take, whatever its size (tests; BN the smallest of 64,
 128, 256 that covers N). The tile string (``ptxc inspect``, the kernel table) reads ``f16
 wgmma 128x256x64 stages 4``.
 
@@ -87,6 +88,12 @@ MODES = ("auto", "on", "off")
 DEFAULT_MODE = "auto"
 #: the archs that have wgmma (sm_90: built as sm_90a)
 ARCHS = ("sm_90", "sm_90a")
+#: ``auto`` takes a BN only for K at least this deep: a short K leaves the pipeline (one wait
+#: per 64-deep K tile) no time to fill. Timed on the H200 in ResNet-50 at batch 32 (fp16,
+#: 2026-12-02): every 1x1 conv with K <= 512 ran 20-50% slower in 128 x 256 wgmma tiles than
+#: in the staged mma.sync kernel; 128 x 128 wgmma tiles ran 0-9% faster at K = 512 .. 2048;
+#: BN = 256 is timed faster only at K = 4096 (0.76x cuBLAS against mma.sync's 0.53x)
+MIN_K = {256: 2048, 128: 512}
 
 
 @attrs.frozen
@@ -140,6 +147,8 @@ def choose(c: Contraction, options=None) -> Config | None:
     if arch not in ARCHS:
         return None
     for bn in BNS:
+        if mode != "on" and c.K < MIN_K.get(bn, 0):
+            continue
         if -(-c.M // BM) * -(-c.N // bn) * c.batches >= mma.SMS:
             cfg = Config(bn)
             break
