@@ -6,7 +6,9 @@ exact (add, sub, mul, div, sqrt, comparisons, casts). Choices that keep to the r
 
 * ``arith.max``/``min`` on floats are compare-and-select: NaN propagates, as ``np.maximum``
   (``llvm.maxnum`` would drop the NaN), and ties between ``+0`` and ``-0`` break as numpy's loops
-  do (``llvm.maximum`` would always give ``+0``).
+  do (``llvm.maximum`` would always give ``+0``). Against a constant that is neither zero nor
+  NaN (a clamp's bounds) there is no tie, and ``llvm.maximum``/``minimum`` is exact: NVPTX
+  ``max.NaN.f32``, one instruction where compare-and-select takes four.
 * integer ``arith.div`` truncates toward zero; division by zero gives the dividend and
   ``INT_MIN / -1`` wraps, as the reference (LLVM's ``sdiv`` would be undefined there).
 * integer ``arith.pow`` is square-and-multiply with wrapping, unrolled over the exponent's bits;
@@ -27,6 +29,22 @@ exact (add, sub, mul, div, sqrt, comparisons, casts). Choices that keep to the r
   ``llvm.exp``/``llvm.log`` to approximate ``ex2``/``lg2`` instructions or leaves them as calls
   nothing resolves; libdevice's functions are the accurate ones (tanh/erf within 2 ulp in f32).
   ``sqrt`` stays ``llvm.sqrt`` (NVPTX: ``sqrt.rn``, correctly rounded).
+* **No conversion instruction where an integer is small** (:data:`MAGIC`): on sm_90 every
+  int<->float conversion and ``cvt.rni`` issue at 16 per clock per SM, an eighth of an add,
+  and an int8 layer's requantization epilogue did several per output element. Three exact
+  forms use the f32 number ``MAGIC = 1.5 * 2**23`` instead (both targets, one code path):
+  ``math.roundeven`` of an f32 clamped into ``[-2**22, 2**22]`` is ``(x + MAGIC) - MAGIC``
+  with x's sign (the add rounds to an integer, ties to even: ``MAGIC + x`` lies in
+  ``[2**23, 2**24]``, where the ulp is 1; the sign keeps rint's -0.0); ``arith.cast`` to an int of at most 32 bits of an integer-valued f32 clamped
+  into that range is ``bits(v + MAGIC) - bits(MAGIC)`` (NaN selects 0, as the saturating cast
+  gives); an int that needs at most 22 bits (a widened int8, a dequantization's ``x - zp``)
+  to f32 is ``float(bits(MAGIC) + v) - MAGIC``. Example (the
+  requantization of an int8 layer, i8 result, zero point 0)::
+
+      %c = arith.min (arith.max %y, -4194304.0), 4194304.0;  %r = math.roundeven %c
+      %m = arith.min (arith.max %r, -128.0), 127.0;          %q = arith.cast %m to i8
+      before: cvt.rni.f32.f32, cvt.rzi.s32.f32   after: add, sub, copysign (f32), add.f32, sub.s32
+
 * ``math.roundeven`` is ``llvm.roundeven`` on both targets (x86 ``roundss``, NVPTX
   ``cvt.rni``; exact, so libdevice has nothing to add); f16 goes through f32 (exact: every
   f16 is an f32 and so is its rounding). ``math.fma`` is ``llvm.fma.f32`` (x86 ``vfmadd``
@@ -138,24 +156,92 @@ def _constant_value(v):
     return op.attributes["value"]
 
 
+#: 1.5 * 2**23: for an f32 |x| <= 2**22, ``x + MAGIC`` is x rounded to an integer (ties to
+#: even) plus MAGIC, exactly, and its bits are ``MAGIC_BITS`` plus that integer
+MAGIC = 12582912.0
+MAGIC_BITS = 0x4B400000
+#: the magnitude below which the MAGIC forms are exact
+SMALL = 2.0 ** 22
+
+
+def _clamp_bounds(v):
+    """(lo, hi) when ``v`` is ``arith.min(arith.max(x, lo), hi)`` (or max of min) with
+    constant number bounds, else None: every value of ``v`` is then NaN or in [lo, hi]."""
+    outer = getattr(v, "op", None)
+    if outer is None or outer.name not in ("arith.min", "arith.max"):
+        return None
+    inner_name = "arith.max" if outer.name == "arith.min" else "arith.min"
+    inner = getattr(outer.operands[0], "op", None)
+    if inner is None or inner.name != inner_name:
+        return None
+    bounds = [_constant_value(outer.operands[1]), _constant_value(inner.operands[1])]
+    if not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds):
+        return None
+    return min(bounds), max(bounds)
+
+
+def _small(v) -> bool:
+    """``v`` is clamped by constants into [-SMALL, SMALL] (the MAGIC forms' domain)."""
+    bounds = _clamp_bounds(v)
+    return bounds is not None and -SMALL <= bounds[0] and bounds[1] <= SMALL
+
+
+def _int_bits(v, depth: int = 6) -> int:
+    """An upper bound on the bits (sign included) of the integer ``v``: its type's width, or
+    less where ``v`` is a widened narrow int, a constant, or a sum or difference of those (a
+    dequantization's ``i32(x) - i32(zp)`` needs 10 bits)."""
+    t = v.type
+    op = getattr(v, "op", None)
+    if op is None or depth == 0 or t.is_float:
+        return t.bitwidth
+    if op.name == "arith.cast" and not op.operands[0].type.is_float:
+        s = op.operands[0].type
+        narrow = s.bitwidth + (0 if s.is_signed else 1)
+        return min(t.bitwidth, narrow) if s.bitwidth <= t.bitwidth else t.bitwidth
+    if op.name == "arith.constant":
+        x = op.attributes["value"]
+        return int(x).bit_length() + 1 if isinstance(x, int) and not isinstance(x, bool) \
+            else t.bitwidth
+    if op.name in ("arith.add", "arith.sub"):
+        return min(t.bitwidth, 1 + max(_int_bits(x, depth - 1) for x in op.operands))
+    return t.bitwidth
+
+
+def _integral(v, depth: int = 8) -> bool:
+    """Every value of ``v`` is an integer (or NaN): a ``math.roundeven``, an int cast to a
+    float, an integer constant, or sums and clamps of those (a quantization's zero point
+    added to a rounded value)."""
+    op = getattr(v, "op", None)
+    if op is None or depth == 0:
+        return False
+    if op.name == "math.roundeven":
+        return True
+    if op.name == "arith.cast":
+        return not op.operands[0].type.is_float
+    if op.name == "arith.constant":
+        x = op.attributes["value"]
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and float(x).is_integer()
+    if op.name in ("arith.add", "arith.sub", "arith.min", "arith.max"):
+        return all(_integral(x, depth - 1) for x in op.operands)
+    return False
+
+
+def _nonzero_number(v) -> bool:
+    """``v`` is a constant, finite or infinite, not zero and not NaN: a max or min against it
+    never ties (+0 against -0), so its NaN-propagating form needs no compare-and-select."""
+    x = _constant_value(v)
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and x != 0
+
+
 def _clamped_to_i32(v) -> bool:
-    """``v`` is ``arith.min(arith.max(x, lo), hi)`` (or max of min) with constant bounds
-    inside i32's range, as quantization's saturation writes it: every value of ``v`` is NaN
-    (min and max propagate it) or lies in [lo, hi]. Example::
+    """``v`` is clamped by constants inside i32's range (:func:`_clamp_bounds`), as
+    quantization's saturation writes it. Example::
 
         %m = arith.min (arith.max %s, -128.0), 127.0;  %q = arith.cast %m to i8
         general cast: cvt.rzi.s64.f32 and a truncation;  this one: cvt.rzi.s32.f32
     """
-    outer = getattr(v, "op", None)
-    if outer is None or outer.name not in ("arith.min", "arith.max"):
-        return False
-    inner_name = "arith.max" if outer.name == "arith.min" else "arith.min"
-    inner = getattr(outer.operands[0], "op", None)
-    if inner is None or inner.name != inner_name:
-        return False
-    bounds = [_constant_value(outer.operands[1]), _constant_value(inner.operands[1])]
-    return all(isinstance(b, (int, float)) and not isinstance(b, bool)
-               and -2.0 ** 31 <= b <= 2.0 ** 31 - 128 for b in bounds)
+    bounds = _clamp_bounds(v)
+    return bounds is not None and -2.0 ** 31 <= bounds[0] and bounds[1] <= 2.0 ** 31 - 128
 
 
 class ScalarEmitter:
@@ -312,6 +398,9 @@ class ScalarEmitter:
             return self.intrinsic("fma", t, args)
         (x,) = args
         if name == "roundeven":
+            if t.name == "f32" and _small(op.operands[0]):   # (x + MAGIC) - MAGIC
+                m = constant(MAGIC, t)     # with x's sign: -0.3 rounds to -0.0, as np.rint
+                return self.intrinsic("copysign", t, [self.b.fsub(self.b.fadd(x, m), m), x])
             if t.name == "f16":
                 f32 = ScalarType("f32")
                 y = self.intrinsic("roundeven", f32, [self.b.fpext(x, llvm_type(f32))])
@@ -333,6 +422,13 @@ class ScalarEmitter:
             return constant(op.attributes["value"], op.results[0].type)
         if name == "cast":
             src, dst = op.operands[0].type, op.results[0].type
+            x = op.operands[0]
+            if src.name == "f32" and not dst.is_float and dst != I1 and dst.bitwidth <= 32 \
+                    and _small(x) and _integral(x):
+                return self._small_integral_to_int(args[0], dst)
+            if dst.name == "f32" and not src.is_float and src != I1 and \
+                    src.bitwidth <= 32 and _int_bits(x) <= 22:
+                return self._small_int_to_f32(args[0], src)
             if _clamped_to_i32(op.operands[0]) and src.name in ("f32", "f64") and \
                     not dst.is_float and dst != I1 and dst.bitwidth <= 32:
                 return self._clamped_to_int(args[0], src, dst)
@@ -362,6 +458,10 @@ class ScalarEmitter:
             if name in simple:
                 return simple[name](x, y)
             if name in ("max", "min"):
+                if t.name in ("f32", "f64") and _nonzero_number(op.operands[1]):
+                    # no tie and a NaN x gives NaN: llvm.maximum/minimum (max.NaN.f32, one
+                    # instruction on sm_80+) is numpy's maximum/minimum exactly
+                    return self.intrinsic("maximum" if name == "max" else "minimum", t, [x, y])
                 return self._float_max_min(name, x, y, t)
             if name == "rem":
                 if self.math_library == "libdevice":
@@ -389,6 +489,28 @@ class ScalarEmitter:
             if name in ("bit_and", "bit_or", "bit_xor"):
                 return {"bit_and": b.and_, "bit_or": b.or_, "bit_xor": b.xor}[name](x, y)
         raise CompileError(f"{op.where}: no LLVM lowering for arith.{name}")
+
+    def _small_integral_to_int(self, v: ir.Value, dst: ScalarType) -> ir.Value:
+        """An integer-valued f32 in [-SMALL, SMALL] (or NaN) to an int of at most 32 bits:
+        ``bits(v + MAGIC) - MAGIC_BITS`` (exact: the sum is v + MAGIC, whose bits are
+        MAGIC_BITS + v), NaN giving 0 as the saturating cast does; then truncated."""
+        b = self.b
+        bits = b.bitcast(b.fadd(v, constant(MAGIC, ScalarType("f32"))), I32)
+        r = b.sub(bits, ir.Constant(I32, MAGIC_BITS))
+        r = b.select(b.fcmp_unordered("uno", v, v), ir.Constant(I32, 0), r)
+        return r if dst.bitwidth == 32 else b.trunc(r, llvm_type(dst))
+
+    def _small_int_to_f32(self, v: ir.Value, src: ScalarType) -> ir.Value:
+        """An int whose value needs at most 22 bits (:func:`_int_bits`) to f32:
+        ``float_bits(MAGIC_BITS + v) - MAGIC`` (exact: MAGIC_BITS + v are the bits of
+        MAGIC + v while |v| < 2**22)."""
+        b = self.b
+        if src.bitwidth < 32:
+            wide = b.sext(v, I32) if src.is_signed else b.zext(v, I32)
+        else:
+            wide = v
+        f = b.bitcast(b.add(wide, ir.Constant(I32, MAGIC_BITS)), ir.FloatType())
+        return b.fsub(f, constant(MAGIC, ScalarType("f32")))
 
     def _clamped_to_int(self, v: ir.Value, src: ScalarType, dst: ScalarType) -> ir.Value:
         """A float already clamped into i32's range (see :func:`_clamped_to_i32`) to an int of

@@ -67,7 +67,8 @@ def _saturate(bb, y, zp, el):
 
         before: %q = arith.div %x, %c;  %y = arith.cast %q to f64;  (two math.floor, selects,
                 f64 add/max/min) ...;  arith.cast %r to i8
-        after:  %q = <exact quotient of %x by %c>;  %r = math.roundeven %q;
+        after:  %q = <exact quotient of %x by %c>;
+                %r = math.roundeven (arith.min (arith.max %q, -2**22), 2**22);
                 %s = arith.add %r, f32(zp);  %m = arith.min (arith.max %s, -128.0), 127.0;
                 arith.cast %m to i8
     """
@@ -75,6 +76,11 @@ def _saturate(bb, y, zp, el):
     if y.type == F32 and max(-lo, hi) <= 2 ** 16:
         ft = F32
         y = _exact_quotient(bb, y)
+        # into [-2**22, 2**22] first: the same saturated integer (|lo|, |hi|, |zp| <= 2**16),
+        # and the domain where rounding and the cast need no conversion instruction
+        # (llvm_scalar's MAGIC forms)
+        y = op_(bb, "arith.min", op_(bb, "arith.max", y, c(bb, -2.0 ** 22, F32)),
+                c(bb, 2.0 ** 22, F32))
     else:
         ft = F64
         y = cast(bb, y, F64)
