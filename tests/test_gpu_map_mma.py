@@ -21,11 +21,13 @@ def launches(m):
     return [o for o in m.walk() if o.name == "gpu.launch"]
 
 
-def mapped(model):
+def mapped(model, options=""):
+    """(mapped loop module, inputs, the unmapped module's results); ``options`` of
+    map-to-gpu, e.g. ``{wgmma=on}``."""
     m = loop_module(model)
     x = inputs_for(model)
     want = run_main(m, x)
-    PassManager("map-to-gpu").run(m)
+    PassManager("map-to-gpu" + options).run(m)
     return m, x, want
 
 

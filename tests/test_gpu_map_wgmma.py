@@ -18,26 +18,14 @@ from ptxc.ir.verifier import verify
 from ptxc.lower.gpu_map import contraction, wgmma
 from ptxc.ptx import assemble, kernels_arch, lower_to_ptx, ptxas_path
 from ptxc.rewrite import PassManager
+import test_gpu_map_mma as mma_tests
+from test_gpu_map_mma import check_close, launches
 
 needs_ptxas = pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not installed here")
 
 
-def launches(m):
-    return [o for o in m.walk() if o.name == "gpu.launch"]
-
-
 def mapped(model, options="{wgmma=on}"):
-    m = loop_module(model)
-    x = inputs_for(model)
-    want = run_main(m, x)
-    PassManager("map-to-gpu" + options).run(m)
-    return m, x, want
-
-
-def check_close(got, want):
-    for k in want:
-        scale = max(1.0, float(np.abs(want[k]).max()))
-        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5 * scale, err_msg=k)
+    return mma_tests.mapped(model, options)
 
 
 #: K-major operands (b given [N, K]: a weight as ptxc stores a Gemm's)

@@ -348,7 +348,9 @@ def _complete(group) -> None:
             storage[where] = values
 
 
-class _Group(OpSpec):
+class InLaunchMarker(OpSpec):
+    """An op with no operands or results that orders a launch's work (a cp.async group's
+    commit or wait, wgmma's fence, commit and wait): valid only inside a gpu.launch."""
     operands = ()
     results = ()
 
@@ -358,6 +360,8 @@ class _Group(OpSpec):
     def verify(self, op):
         _in_launch(op)
 
+
+class _Group(InLaunchMarker):
     def reference(self, op, args, interp):
         _state(op, interp)
         return []

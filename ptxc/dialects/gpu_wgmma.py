@@ -52,7 +52,7 @@ from ..ir.core import Operation, OpResult
 from ..ir.spec import Attr, Operand, OpSpec, Result, fail, register
 from ..ir.types import F16, F32, INDEX, BufferType
 from .gpu import _state
-from .gpu_tensorcore import _in_launch
+from .gpu_tensorcore import InLaunchMarker, _in_launch
 
 WARPGROUP = 128
 #: bytes per swizzled row (the 128-byte swizzle) and of the pattern's period (8 rows)
@@ -247,19 +247,8 @@ def _storage(op, interp, view):
     return storage
 
 
-class _Sync(OpSpec):
-    operands = ()
-    results = ()
-
-    def infer_types(self, op):
-        return []
-
-    def verify(self, op):
-        _in_launch(op)
-
-
 @register
-class WgmmaFence(_Sync):
+class WgmmaFence(InLaunchMarker):
     """PTX ``wgmma.fence.sync.aligned``: orders the warpgroup's register and shared-memory
     accesses before the ``gpu.wgmma`` that follow (needed before the first, and after the
     accumulators were written by anything else, a previous wgmma included)."""
@@ -273,7 +262,7 @@ class WgmmaFence(_Sync):
 
 
 @register
-class WgmmaCommit(_Sync):
+class WgmmaCommit(InLaunchMarker):
     """PTX ``wgmma.commit_group.sync.aligned``: the ``gpu.wgmma`` issued since the last commit
     form one group."""
 
