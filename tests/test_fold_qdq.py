@@ -273,3 +273,82 @@ def test_qdq_small_resnet_equals_onnxruntime_bit_for_bit(path):
         x = make_x()
         fused = _ort_level(qm, x, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, int8_allowed=True)
         assert np.array_equal(run(x)["logits"], fused)
+
+
+# ---- a quantized max pool runs on int8 (QuantizeBeforeMaxPool) ------------------------------------
+
+@pytest.mark.parametrize("to, zp, pads, ceil", [(np.int8, 0, [1, 1, 1, 1], 0),
+                                                 (np.uint8, 128, [1, 1, 1, 1], 0),
+                                                 (np.int8, -5, [0, 0, 1, 1], 1)])
+def test_quantize_moves_before_max_pool_exactly(to, zp, pads, ceil):
+    """Q(max_pool(x)) -> max_pool(Q(x)): the pool then reads int8, bit for bit the same result
+    (quantization is monotone; the int8 pool's padding is what Q makes of -inf), values past
+    the int8 range and all-negative windows included."""
+    n = helper.make_node
+    nodes = [n("MaxPool", ["x"], ["p"], name="pool", kernel_shape=[3, 3], strides=[2, 2],
+               pads=pads, ceil_mode=ceil),
+             n("QuantizeLinear", ["p", "s", "z"], ["q"], name="q"),
+             n("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq")]
+    shape = [2, 3, 9, 9]
+    out = [2, 3, 5, 5] if ceil or pads[0] else [2, 3, 4, 4]
+    m = _model(nodes, {"s": np.float32(0.05), "z": np.asarray(zp, to)},
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)], out)
+    mod = ptxc.import_onnx(m)
+    PassManager("fold-qdq").run(mod)
+    text = print_ir(mod, elide_constants=True)
+    pool = [ln for ln in text.splitlines() if '"graph.max_pool"' in ln]
+    assert len(pool) == 1 and ("xi8>" in pool[0] or "xui8>" in pool[0]), pool
+    for scale in (1.0, 20.0, -3.0):  # within, past and below the int8 range
+        x = (RNG.standard_normal(shape) * scale).astype(np.float32)
+        ref = ptxc.interpret(ptxc.import_onnx(m), {"x": x})["y"]
+        assert np.array_equal(ptxc.interpret(mod, {"x": x})["y"], ref)
+        assert np.array_equal(ptxc.compile(m, target="cpu").run({"x": x})["y"], ref)
+
+
+def test_max_pool_with_other_users_keeps_its_float_input():
+    """The pool's float value also read elsewhere: the Q stays after it."""
+    n = helper.make_node
+    nodes = [n("MaxPool", ["x"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+             n("QuantizeLinear", ["p", "s", "z"], ["q"]),
+             n("DequantizeLinear", ["q", "s", "z"], ["d"]),
+             n("Add", ["d", "p"], ["y"])]
+    m = _model(nodes, {"s": np.float32(0.05), "z": np.int8(0)},
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+               [1, 2, 2, 2])
+    mod = ptxc.import_onnx(m)
+    PassManager("fold-qdq").run(mod)
+    (pool,) = [ln for ln in print_ir(mod).splitlines() if '"graph.max_pool"' in ln]
+    assert "xf32>) -> tensor<1x2x2x2xf32>" in pool
+
+
+def test_implicit_int8_stem_writes_int8_into_an_int8_max_pool():
+    """ResNet's stem (conv -> relu -> max pool -> conv) under implicit int8: the stem conv folds
+    with an int8 result and the pool reads int8; the cpu engine stays within one output step of
+    the Q/DQ graph as quantize_int8 wrote it."""
+    from ptxc.calib import calibrate, quantize_int8
+    n = helper.make_node
+    w0 = (RNG.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
+    w1 = (RNG.standard_normal((4, 8, 1, 1)) * 0.3).astype(np.float32)
+    nodes = [n("Conv", ["x", "w0"], ["c0"], name="conv0", pads=[1, 1, 1, 1]),
+             n("Relu", ["c0"], ["r0"], name="relu0"),
+             n("MaxPool", ["r0"], ["p"], name="pool", kernel_shape=[3, 3], strides=[2, 2],
+               pads=[1, 1, 1, 1]),
+             n("Conv", ["p", "w1"], ["y"], name="conv1")]
+    m = _model(nodes, {"w0": w0, "w1": w1},
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+               [1, 4, 4, 4])
+    data = [{"x": RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(4)]
+    table = calibrate(m, data, "minmax")
+    q = quantize_int8(m, table)
+    ref_mod = quantize_int8(m, table)
+    mod = quantize_int8(m, table)
+    PassManager("graph-opt").run(mod)
+    text = print_ir(mod, elide_constants=True)
+    (pool,) = [ln for ln in text.splitlines() if '"graph.max_pool"' in ln]
+    assert "xi8>) -> tensor<" in pool and text.count('"graph.qlinear_conv"') == 2
+    step = float(table.scale("p"))
+    engine = ptxc.compile(q, target="cpu")
+    for d in data:
+        ref = ptxc.interpret(ref_mod, d)["y"]
+        got = engine.run(d)["y"]
+        assert np.max(np.abs(got - ref)) <= 2 * step * float(np.abs(w1).sum(1).max()) + 1e-6

@@ -27,6 +27,9 @@ scale, per-axis weight scales along another axis than the output channels, a bia
 constant (or a DQ of an int32 constant with scale ``xs * ws`` and zero point 0), a gemm with
 alpha or beta not 1 or transA, a transB gemm with non-constant weights, a non-i8/ui8 type.
 
+A quantized max pool moves its Q before it (:class:`QuantizeBeforeMaxPool`): the pool runs
+on int8 and the layer before it folds with an int8 result.
+
 Leftover DQs of constants (weights of layers that did not fold) are folded into float
 constants at the end, as fold-constants would have done (it leaves DQs to this pass).
 """
@@ -288,6 +291,46 @@ class _Vals:
         self.name, self.operands, self.attributes = name, operands, attributes
 
 
+class QuantizeBeforeMaxPool(RewritePattern):
+    """``Q(max_pool(x))`` -> ``max_pool(Q(x))``: the max pool runs on int8, and the layer that
+    makes ``x`` ends in the Q, so FoldQDQ gives it an int8 result. Exact: quantization with a
+    positive scale is monotone (rounding and saturation never reorder two values), so the max
+    of the quantized window is the quantized max; the int8 pool pads with the type's lowest
+    value, which is what ``Q`` gives the float pool's ``-inf`` padding. Implicit quantization
+    (quantize_int8) quantizes conv inputs, so ResNet's stem conv -> max pool -> conv left the
+    stem writing f32 and the pool reading it, 4 bytes an element::
+
+        before: %c = fused_conv(...) : f32;  %p = max_pool(%c) : f32;  %q = Q(%p, s, z) : i8
+        after:  %c = fused_conv(...) : f32;  %q0 = Q(%c, s, z) : i8;   %q = max_pool(%q0) : i8
+                (then FoldQDQ: %q0 = qlinear_conv(...) : i8)
+
+    Only when the pool's value has no other user, its indices output none, and the scale is a
+    constant whose elements are all positive.
+    """
+
+    root = "graph.quantize_linear"
+
+    def match_and_rewrite(self, op, rewriter):
+        pool = producer(op.operands[0])
+        if pool is None or pool.name != "graph.max_pool" or len(pool.results[0].users) != 1:
+            return False
+        if any(r.users for r in pool.results[1:]):
+            return False
+        scale = constant_value(op.operands[1])
+        if scale is None or not np.all(np.asarray(scale) > 0):
+            return False
+        x = pool.operands[0]
+        rewriter.set_insertion_point_before(op)   # where the scale and zero point dominate
+        q = rewriter.create(op.name, [x] + list(op.operands[1:]), dict(op.attributes),
+                            result_types=[x.type.with_element(op.results[0].type.element)],
+                            loc=op.loc)
+        new = rewriter.create(pool.name, [q.results[0]], dict(pool.attributes),
+                              result_types=[op.results[0].type], loc=pool.loc)
+        rewriter.replace_op(op, [new.results[0]])
+        rewriter.erase_op(pool)
+        return True
+
+
 class FoldConstantDQ(RewritePattern):
     """DQ of a constant (a weight whose layer did not fold) -> a float constant."""
 
@@ -328,5 +371,6 @@ class FoldQDQPass(Pass):
     name = "fold-qdq"
 
     def run(self, module: Operation) -> bool:
-        changed = apply_patterns_greedily(module, [FoldQDQ()])
+        changed = apply_patterns_greedily(module, [QuantizeBeforeMaxPool()])
+        changed = apply_patterns_greedily(module, [FoldQDQ()]) or changed
         return apply_patterns_greedily(module, [FoldConstantDQ()]) or changed
