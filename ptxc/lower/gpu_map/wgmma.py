@@ -56,8 +56,9 @@ Decisions:
 Open question for the GPU: the copies are ``cp.async`` (generic proxy) and wgmma reads shared
 memory through the async proxy; the PTX ISA asks for a ``fence.proxy.async`` between such
 writes and the reads. The prototype (no proxy fence: cp.async wait, barrier, wgmma.fence) was
-exact on the H200 and this kernel keeps its sequence; compute-sanitizer's racecheck on it, and
-a proxy fence after the cp.async wait if it or a wrong answer says so, are the next check.
+exact on the H200, and so is this kernel with the same sequence: tests/gpu/test_cuda_wgmma.py
+(512^3, 4096^3, edges) and the 4096^3 bench row passed on the H200 in 2026-12-02's calls 2 and
+3. compute-sanitizer's racecheck has not run on it yet.
 
 Not yet: an M/N-major operand (wgmma's transposed-B descriptors; such GEMMs stay on mma.sync,
 e.g. a MatMul of two activations b [K, N]), TMA and a producer warpgroup with mbarriers
