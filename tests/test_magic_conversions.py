@@ -152,3 +152,32 @@ def test_a_wide_int_keeps_its_conversion():
     mk = lambda: module({"x": buf((x.size,), i32), "y": buf((x.size,), F32)}, ["y"], body)  # noqa
     assert np.array_equal(CpuProgram.from_module(mk())({"x": x})["y"], x.astype(np.float32))
     assert "cvt.rn.f32.s32" in _ptx(mk())
+
+
+@pytest.mark.parametrize("to, zp", [("i8", 0), ("i8", -3), ("i8", 127), ("ui8", 128), ("ui8", 0),
+                                    ("i16", 300)])
+def test_saturation_before_rounding(to, zp):
+    """quantize's f32 saturation with a known zero point (graph_to_tensor/quant.py _saturate):
+    ``cast(roundeven(clamp(x, lo - zp, hi - zp)) + zp)`` equals numpy's ``clip(rint(x) + zp,
+    lo, hi)`` and compiles to one f32 add and one integer add: no conversion, no copysign."""
+    x = _values(4)
+    t = ScalarType(to)
+    info = np.iinfo(t.np_dtype)
+
+    def body(b, xb, yb):
+        _, p, (i,) = parallel_loop(b, (0,), (x.size,))
+        r = op(p, "math.roundeven", _clamp(p, load(p, xb, i), float(info.min - zp),
+                                           float(info.max - zp)))
+        if zp:
+            r = op(p, "arith.add", r, op(p, "arith.constant", value=float(zp), type=F32))
+        store(p, op(p, "arith.cast", r, to=t), yb, i)
+    mk = lambda: module({"x": buf((x.size,), F32), "y": buf((x.size,), t)}, ["y"], body)  # noqa
+    got = CpuProgram.from_module(mk())({"x": x})["y"]
+    with np.errstate(invalid="ignore"):
+        _same(got, run_main(mk(), {"x": x})["y"])
+        ok = ~np.isnan(x)
+        want = np.clip(np.rint(x[ok].astype(np.float64)) + zp, info.min, info.max)
+    assert np.array_equal(got[ok], want.astype(t.np_dtype))
+    assert np.all(got[~ok] == 0)
+    ptx = _ptx(mk())
+    assert "cvt.rni" not in ptx and "cvt.rzi" not in ptx and "copysign" not in ptx

@@ -69,6 +69,8 @@ exact (add, sub, mul, div, sqrt, comparisons, casts). Choices that keep to the r
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from llvmlite import ir
 
@@ -164,26 +166,65 @@ MAGIC_BITS = 0x4B400000
 SMALL = 2.0 ** 22
 
 
-def _clamp_bounds(v):
-    """(lo, hi) when ``v`` is ``arith.min(arith.max(x, lo), hi)`` (or max of min) with
-    constant number bounds, else None: every value of ``v`` is then NaN or in [lo, hi]."""
-    outer = getattr(v, "op", None)
-    if outer is None or outer.name not in ("arith.min", "arith.max"):
-        return None
-    inner_name = "arith.max" if outer.name == "arith.min" else "arith.min"
-    inner = getattr(outer.operands[0], "op", None)
-    if inner is None or inner.name != inner_name:
-        return None
-    bounds = [_constant_value(outer.operands[1]), _constant_value(inner.operands[1])]
-    if not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds):
-        return None
-    return min(bounds), max(bounds)
+def _range(v, depth: int = 8) -> tuple[float, float]:
+    """``(lo, hi)``: every value of the float ``v`` but NaN lies in ``[lo, hi]`` (infinite
+    where nothing bounds it). The bounds come from constants and pass through what is
+    monotone: ``arith.max``/``min`` against a constant (a clamp), ``math.roundeven``, and sums
+    and differences (rounding is monotone, so the computed ``x + y`` lies between the rounded
+    sums of the bounds). Example: quantization's ``roundeven(min(max(q, -125.0), 130.0)) +
+    -3.0`` lies in ``[-128, 127]``."""
+    unknown = (-math.inf, math.inf)
+    op = getattr(v, "op", None)
+    if op is None or depth == 0 or not v.type.is_float:
+        return unknown
+    if op.name == "arith.constant":
+        x = op.attributes["value"]
+        if isinstance(x, (int, float)) and not isinstance(x, bool) and x == x:
+            return float(x), float(x)
+        return unknown
+    if op.name in ("arith.max", "arith.min"):
+        for k in (0, 1):
+            c = _constant_value(op.operands[1 - k])
+            if isinstance(c, (int, float)) and not isinstance(c, bool) and c == c:
+                lo, hi = _range(op.operands[k], depth - 1)
+                f = max if op.name == "arith.max" else min
+                return f(lo, float(c)), f(hi, float(c))
+        return unknown
+    if op.name == "math.roundeven":
+        lo, hi = _range(op.operands[0], depth - 1)
+        return float(np.rint(lo)), float(np.rint(hi))
+    if op.name in ("arith.add", "arith.sub"):
+        a, b = (_range(x, depth - 1) for x in op.operands)
+        r = (a[0] + b[0], a[1] + b[1]) if op.name == "arith.add" else (a[0] - b[1], a[1] - b[0])
+        return unknown if r[0] != r[0] or r[1] != r[1] else r
+    return unknown
 
 
 def _small(v) -> bool:
-    """``v`` is clamped by constants into [-SMALL, SMALL] (the MAGIC forms' domain)."""
-    bounds = _clamp_bounds(v)
-    return bounds is not None and -SMALL <= bounds[0] and bounds[1] <= SMALL
+    """Every value of ``v`` is NaN or in [-SMALL, SMALL] (the MAGIC forms' domain)."""
+    lo, hi = _range(v)
+    return -SMALL <= lo and hi <= SMALL
+
+
+def _rounded_plus_constant(v):
+    """``(x, z)`` when ``v`` is ``math.roundeven(x) + z`` (or ``roundeven(x)``, z = 0) with an
+    integer constant ``z`` and ``x`` in the MAGIC domain, else None: the cast of ``v`` to an
+    int is then ``bits(x + MAGIC) - MAGIC_BITS + z`` (:meth:`ScalarEmitter._rounded_to_int`)."""
+    op = getattr(v, "op", None)
+    z = 0
+    if op is not None and op.name in ("arith.add", "arith.sub"):
+        for k in ((0, 1), (1, 0)) if op.name == "arith.add" else ((0, 1),):
+            c = _constant_value(op.operands[k[1]])
+            if isinstance(c, (int, float)) and not isinstance(c, bool) and \
+                    float(c).is_integer() and abs(c) <= SMALL:
+                z = int(c) if op.name == "arith.add" else -int(c)
+                op = getattr(op.operands[k[0]], "op", None)
+                break
+        else:
+            return None
+    if op is None or op.name != "math.roundeven" or not _small(op.operands[0]):
+        return None
+    return op.operands[0], z
 
 
 def _int_bits(v, depth: int = 6) -> int:
@@ -234,14 +275,14 @@ def _nonzero_number(v) -> bool:
 
 
 def _clamped_to_i32(v) -> bool:
-    """``v`` is clamped by constants inside i32's range (:func:`_clamp_bounds`), as
+    """``v`` is bounded inside i32's range (:func:`_range`), as
     quantization's saturation writes it. Example::
 
         %m = arith.min (arith.max %s, -128.0), 127.0;  %q = arith.cast %m to i8
         general cast: cvt.rzi.s64.f32 and a truncation;  this one: cvt.rzi.s32.f32
     """
-    bounds = _clamp_bounds(v)
-    return bounds is not None and -2.0 ** 31 <= bounds[0] and bounds[1] <= 2.0 ** 31 - 128
+    lo, hi = _range(v)
+    return -2.0 ** 31 <= lo and hi <= 2.0 ** 31 - 128
 
 
 class ScalarEmitter:
@@ -425,6 +466,9 @@ class ScalarEmitter:
             x = op.operands[0]
             if src.name == "f32" and not dst.is_float and dst != I1 and dst.bitwidth <= 32 \
                     and _small(x) and _integral(x):
+                rounded = _rounded_plus_constant(x)
+                if rounded is not None:
+                    return self._rounded_to_int(self.vals[rounded[0]], rounded[1], dst)
                 return self._small_integral_to_int(args[0], dst)
             if dst.name == "f32" and not src.is_float and src != I1 and \
                     src.bitwidth <= 32 and _int_bits(x) <= 22:
@@ -498,6 +542,19 @@ class ScalarEmitter:
         bits = b.bitcast(b.fadd(v, constant(MAGIC, ScalarType("f32"))), I32)
         r = b.sub(bits, ir.Constant(I32, MAGIC_BITS))
         r = b.select(b.fcmp_unordered("uno", v, v), ir.Constant(I32, 0), r)
+        return r if dst.bitwidth == 32 else b.trunc(r, llvm_type(dst))
+
+    def _rounded_to_int(self, x: ir.Value, z: int, dst: ScalarType) -> ir.Value:
+        """``int(roundeven(x) + z)`` for an f32 ``x`` in [-SMALL, SMALL] and an integer ``z``
+        (:func:`_rounded_plus_constant`): ``bits(x + MAGIC) + (z - MAGIC_BITS)``, NaN giving 0.
+        Exact: ``x + MAGIC`` is MAGIC plus x rounded to an integer, ties to even, and its bits
+        are MAGIC_BITS plus that integer; the rounding, the zero point and the conversion are
+        one f32 add and one integer add (four instructions fewer than rounding, adding and
+        converting one by one)."""
+        b = self.b
+        bits = b.bitcast(b.fadd(x, constant(MAGIC, ScalarType("f32"))), I32)
+        r = b.add(bits, ir.Constant(I32, z - MAGIC_BITS))
+        r = b.select(b.fcmp_unordered("uno", x, x), ir.Constant(I32, 0), r)
         return r if dst.bitwidth == 32 else b.trunc(r, llvm_type(dst))
 
     def _small_int_to_f32(self, v: ir.Value, src: ScalarType) -> ir.Value:

@@ -47,32 +47,47 @@ def _scalar_view(b, v):
 
 #: the exact quotient is taken for divisors in [2**-100, 2**100] (see :func:`_exact_quotient`)
 _DIVISOR_RANGE = (2.0 ** -100, 2.0 ** 100)
-#: the quotient is clamped to +-2**22 before rounding: far beyond any 8/16-bit range plus zp
+#: the quotient is clamped to +-2**22 before rounding where the zero point is not a constant:
+#: far beyond any 8/16-bit range plus zp
 _QUOTIENT_BOUND = 2.0 ** 22
 
 
-def _saturate(bb, y, zp, el):
+def _saturate(bb, y, zp, el, zp_value: int | None = None):
     """``clamp(rint(y) + zp)`` cast to ``el``, as onnxruntime computes it in float32.
 
     For an f32 ``y`` and a result of at most 16 bits (i8, ui8, i16, ui16: ``|lo|, |hi|, |zp|
-    <= 2**16``) everything stays f32, and that is exact: ``rint`` of an f32 is an f32
-    (``math.roundeven``, one ``cvt.rni.f32.f32``); an integer-valued f32 plus an integer
-    ``|zp| <= 2**16`` is exact while the sum stays below 2**24, and beyond that the sum,
-    rounded or not, lies past ``hi`` or ``lo`` (rounding is monotone), so saturation gives the
-    same integer; ``lo`` and ``hi`` are f32 numbers. NaN stays NaN through min/max and casts
-    as before. Wider results (i32) and f64 values round in f64.
+    <= 2**16``) everything stays f32, and that is exact: ``rint`` of an f32 is an f32; an
+    integer-valued f32 plus an integer ``|zp| <= 2**16`` is exact while the sum stays below
+    2**24, and beyond that the sum, rounded or not, lies past ``hi`` or ``lo`` (rounding is
+    monotone), so saturation gives the same integer; ``lo`` and ``hi`` are f32 numbers. NaN
+    stays NaN through min/max and casts as before. Wider results (i32) and f64 values round in
+    f64.
+
+    With the zero point a known integer ``zp_value`` (a constant, or 0 where there is none) the
+    saturation moves before the rounding: ``rint(clamp(y, lo - zp, hi - zp)) + zp`` is the same
+    integer (rint is monotone and keeps integers, the bounds are integers), already in range,
+    and it is the form llvm_scalar turns into one f32 add and one integer add
+    (``_rounded_plus_constant``): an int8 layer's epilogue does this for every output.
 
     A ``y`` that is ``arith.div(x, c)`` by a constant ``c`` is replaced by
-    :func:`_exact_quotient` (no ``div.rn.f32``). Example (i8, zp 0)::
+    :func:`_exact_quotient` (no ``div.rn.f32``). Example (i8, zp -3)::
 
         before: %q = arith.div %x, %c;  %y = arith.cast %q to f64;  (two math.floor, selects,
                 f64 add/max/min) ...;  arith.cast %r to i8
         after:  %q = <exact quotient of %x by %c>;
-                %r = math.roundeven (arith.min (arith.max %q, -2**22), 2**22);
-                %s = arith.add %r, f32(zp);  %m = arith.min (arith.max %s, -128.0), 127.0;
-                arith.cast %m to i8
+                %m = arith.min (arith.max %q, -125.0), 130.0;
+                %s = arith.add (math.roundeven %m), -3.0;  arith.cast %s to i8
     """
     lo, hi = quant_range(el)
+    if y.type == F32 and max(-lo, hi) <= 2 ** 16 and zp_value is not None \
+            and abs(zp_value) <= 2 ** 16:
+        y = _exact_quotient(bb, y)
+        y = op_(bb, "arith.min", op_(bb, "arith.max", y, c(bb, float(lo - zp_value), F32)),
+                c(bb, float(hi - zp_value), F32))
+        r = op_(bb, "math.roundeven", y)
+        if zp_value:
+            r = op_(bb, "arith.add", r, c(bb, float(zp_value), F32))
+        return cast(bb, r, el)
     if y.type == F32 and max(-lo, hi) <= 2 ** 16:
         ft = F32
         y = _exact_quotient(bb, y)
@@ -146,6 +161,9 @@ def _exact_quotient(bb, y):
 def _quantize(op, b):
     x, s = op.operands[0], _scalar_view(b, op.operands[1])
     zp = _scalar_view(b, op.operands[2]) if len(op.operands) == 3 else None
+    zp_value = _scalar_zp(op.operands[2] if zp is not None else None)
+    if zp_value is not None:   # a known zero point is a number in the body, not an input
+        zp = None
     out = op.results[0].type
     axis = op.attr("axis")
     ins = [x, s] + ([zp] if zp is not None else [])
@@ -153,7 +171,7 @@ def _quantize(op, b):
 
     def body(bb, a):
         q = op_(bb, "arith.div", cast(bb, a[0], F32), cast(bb, a[1], F32))
-        return _saturate(bb, q, a[2] if zp is not None else None, out.element)
+        return _saturate(bb, q, a[2] if zp is not None else None, out.element, zp_value)
 
     return [elementwise(b, ins, out, body, maps=maps)]
 
@@ -324,6 +342,7 @@ def _qlinear(op, b):
         return [acc]
     m = _scalar_view(b, g["multiplier"])
     yz = g["y_zero_point"]
+    yz_value = _scalar_zp(yz) if yz is not None else None
     yz = _scalar_view(b, yz) if yz is not None else None
     extras = list(g["epilogue_inputs"])
     ins = [acc, m] + ([yz] if yz is not None else []) + extras
@@ -336,6 +355,6 @@ def _qlinear(op, b):
         (f,) = inline_block(block, bb, [f] + list(a[k:]))
         if yz is None:
             return f
-        return _saturate(bb, f, a[2], out.element)
+        return _saturate(bb, f, a[2], out.element, yz_value)
 
     return [elementwise(b, ins, out, body, maps=maps, inline_constants=False)]
