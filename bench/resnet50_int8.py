@@ -96,10 +96,12 @@ def gpu_main(args) -> int:
     xn = x.cpu().numpy()
     epilogues = args.epilogues.split(",")
     tables = {}
-    runs = [(p, e) for p in args.precisions.split(",") for e in epilogues]
-    for precision, epilogue in runs:
+    variants = args.variant or [""]
+    runs = [(p, e, v) for p in args.precisions.split(",") for e in epilogues for v in variants]
+    for precision, epilogue, variant in runs:
         key = precision if len(epilogues) == 1 else f"{precision}/{epilogue}"
-        row = result["rows"].setdefault(key, {"epilogue": epilogue})
+        key += f" [{variant}]" if variant else ""
+        row = result["rows"].setdefault(key, {"epilogue": epilogue, "variant": variant})
         try:
             kw = {"layout": args.layout, "precision": precision}
             if precision == "int8":
@@ -109,7 +111,7 @@ def gpu_main(args) -> int:
                 kw["calibration"] = tables["int8"]
                 row["calibration_s"] = round(time.perf_counter() - t0, 1)
             t0 = time.perf_counter()
-            with bench_gpu.map_options(f"mma-epilogue={epilogue}"):
+            with bench_gpu.map_options(f"mma-epilogue={epilogue} {variant}".strip()):
                 engine = ptxc.compile(proto, target="cuda", **kw)
             row["compile_s"] = round(time.perf_counter() - t0, 1)
             row.update(_kernels(engine))
@@ -171,6 +173,9 @@ def main(argv=None):
                     help="with --gpu: mma epilogues to compare, e.g. fragment,staged")
     ap.add_argument("--profile", action="store_true",
                     help="with --gpu: each kernel's device time (ptxc.tools.profile) per precision")
+    ap.add_argument("--variant", action="append",
+                    help="with --gpu: extra map-to-gpu options, e.g. 'mma-min-blocks=2'; "
+                         "repeat to compare several in one run (each precision runs each)")
     args = ap.parse_args(argv)
     from ptxc.lower.gpu_map.mma_epilogue import EPILOGUES
     bad = [e for e in args.epilogues.split(",") if e not in EPILOGUES]

@@ -89,10 +89,11 @@ def resolve_layout(layout: str, module: Operation, target: str,
 
 def layout_passes(layout: str, target: str) -> str:
     """The passes appended to the graph stage for a resolved ``layout`` ('' for nchw): on cuda
-    input channels are padded to multiples of 8 (16-byte loads of f16)."""
+    input channels are padded to multiples of 4 f16 or 8 int8 (8-byte cp.async loads; a
+    3-channel image pads to 4 or 8, not 8 or 16: half the stem convolution's padded work)."""
     if layout != "nhwc":
         return ""
-    pad = "{channel-multiple=8}" if target == "cuda" else ""
+    pad = "{channel-multiple=4}" if target == "cuda" else ""
     return f"to-channels-last{pad},cancel-transposes,eliminate-concat,dce"
 
 

@@ -22,7 +22,8 @@ needs_ptxas = pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not inst
 GEMMS = {
     "64x64x48": lambda: gemm_model(64, 64, 48),
     "edges_zx_residual": lambda: gemm_model(130, 96, 72, zx=7, residual=True),
-    "k40_tail_scalar_copy": lambda: gemm_model(48, 40, 32, zx=-3),       # K % 16 != 0
+    "k40_tail_8_byte_copy": lambda: gemm_model(48, 40, 32, zx=-3),       # K % 16 == 8
+    "k36_tail_scalar_copy": lambda: gemm_model(48, 36, 32, zx=-3),       # K % 8 != 0
     "matmul_integer": lambda: matmul_integer_model(64, 128, 32),
     "uint8_a_zero_point": lambda: matmul_integer_model(32, 64, 48, a_uint8=True, a_zero=131),
     "split_k": lambda: matmul_integer_model(32, 2048, 32),
@@ -32,6 +33,7 @@ CONVS = {
     "1x1": dict(N=2, C=32, H=6, W=6, K=16, R=1, S=1, residual=True),
     "3x3_s2": dict(N=1, C=16, H=9, W=9, K=16, R=3, S=3, stride=2, pad=1, zx=4),
     "3x3_c8": dict(N=1, C=8, H=7, W=7, K=16, R=3, S=3, pad=1),
+    "7x7_s2_c3_stem": dict(N=1, C=3, H=15, W=15, K=16, R=7, S=7, stride=2, pad=3),
 }
 
 
@@ -80,7 +82,10 @@ def test_layouts_and_split_k():
     assert cfg.bk == 128 and cfg.splits > 1                # deep K tiles, split-K
     m2 = loop_module(gemm_model(48, 40, 32))
     (c2,) = _contractions(m2)
-    assert mma.layout(c2, c2.a) == mma.Layout(kmajor=True, vector=False)   # K = 40 bytes
+    assert mma.layout(c2, c2.a) == mma.Layout(kmajor=True, vector=True, chunk=8)  # K = 40 B
+    m3 = loop_module(gemm_model(48, 36, 32))
+    (c3,) = _contractions(m3)
+    assert mma.layout(c3, c3.a) == mma.Layout(kmajor=True, vector=False)   # K = 36 bytes
 
 
 @pytest.mark.slow
@@ -112,14 +117,16 @@ def test_int8_conv_nchw_maps_to_mma_bit_exact(case):
 
 @pytest.mark.parametrize("case", [k if k == "3x3_pad1" else pytest.param(k, marks=pytest.mark.slow)
                                   for k in sorted(CONVS)])
-def test_int8_conv_nhwc_maps_to_mma_with_16_byte_copies(case):
-    """Channels-last (the cuda graph passes: input channels padded to 16 int8): the implicit
-    GEMM reads NHWC activations and KRSC filters by 16-byte cp.async, K = (r, s, c)."""
+def test_int8_conv_nhwc_maps_to_mma_with_cp_async_copies(case):
+    """Channels-last (the cuda graph passes: input channels padded to 8 int8): the implicit
+    GEMM reads NHWC activations and KRSC filters by cp.async, K = (r, s, c): 16 bytes where
+    the channels come 16 at a time, else 8 (the 3-channel stem, padded to 8)."""
     model = conv_model(**CONVS[case])
     m = loop_module(model, layout="nhwc", target="cuda")
     cs = _contractions(m)
     assert cs and all(c.kind == "s8" for c in cs)
-    assert all(mma.layout(c, x) == mma.Layout(kmajor=True, vector=True)
+    chunk = 16 if CONVS[case]["C"] % 16 == 0 else 8
+    assert all(mma.layout(c, x) == mma.Layout(kmajor=True, vector=True, chunk=chunk)
                for c in cs for x in (c.a, c.b))
     m, x, ref, want = mapped(model, layout="nhwc")
     assert "mma" in [o.attributes["schedule"] for o in launches(m)]
@@ -128,7 +135,8 @@ def test_int8_conv_nhwc_maps_to_mma_with_16_byte_copies(case):
 
 @needs_ptxas
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["edges_zx_residual", "split_k", "k40_tail_scalar_copy"])
+@pytest.mark.parametrize("case", ["edges_zx_residual", "split_k", "k40_tail_8_byte_copy",
+                                  "k36_tail_scalar_copy"])
 def test_int8_mma_kernels_assemble_without_spills(case):
     m, _, _, _ = mapped(GEMMS[case]())
     p = lower_to_ptx(m, arch="sm_90")

@@ -111,13 +111,16 @@ def _state(op: Operation, interp) -> _LaunchState:
 class Launch(OpSpec):
     """A kernel: its body runs once per thread of ``grid`` blocks of ``block`` threads.
     ``schedule`` names the map-to-gpu schedule that built it and ``tile`` (optional) its
-    parameters, e.g. ``"f16 128x128x64 warps 2x2 stages 3"`` (for explore and inspect)."""
+    parameters, e.g. ``"f16 128x128x64 warps 2x2 stages 3"`` (for explore and inspect).
+    ``min_blocks`` (optional): blocks each SM must be able to hold at once, a register budget
+    for the backend (NVPTX ``minctasm``)."""
 
     name = "gpu.launch"
     operands = ()
     results = ()
     attributes = {"grid": Attr("ints", required=True), "block": Attr("ints", required=True),
-                  "schedule": Attr("str", required=True), "tile": Attr("str")}
+                  "schedule": Attr("str", required=True), "tile": Attr("str"),
+                  "min_blocks": Attr("int")}
     regions = 1
 
     def infer_types(self, op):

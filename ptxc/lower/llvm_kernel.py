@@ -268,6 +268,8 @@ class _GpuKernel(_Kernel):
         self.shared_bytes = 0
         self.n_shared = 0
         self.dynamic = dynamic
+        #: {"gpu.block_id": grid, "gpu.thread_id": block} of the launch (the ids' ranges)
+        self.launch_shape: dict = {}
 
     def emit(self, op: Operation) -> None:
         name = op.name
@@ -275,6 +277,11 @@ class _GpuKernel(_Kernel):
             dim = op.attributes["dim"]
             reg = f"llvm.nvvm.read.ptx.sreg.{_SREG[name]}.{'xyz'[dim]}"
             v = self.b.call(self.declare(reg, ir.IntType(32), []), [])
+            extent = self.launch_shape.get(name, (0, 0, 0))[dim] if self.launch_shape else 0
+            if extent:   # [0, extent): LLVM then narrows the index math to 32 bits where
+                i32 = ir.IntType(32)    # it fits (a pointwise kernel's div/mod by constants)
+                v.set_metadata("range", self.m.add_metadata([ir.Constant(i32, 0),
+                                                              ir.Constant(i32, extent)]))
             self.vals[op.results[0]] = self.b.zext(v, I64)
         elif name == "gpu.barrier":
             i32 = ir.IntType(32)

@@ -278,6 +278,7 @@ def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None
         slots.append({"kind": "alloc", "name": ERROR_SLOT, "dtype": "int32", "shape": (1,),
                       "strides": (1,), "offset": 0, "span": 1, "first": -1, "last": -1})
     kernels: list[KernelInfo] = []
+    min_blocks: dict[str, int] = {}  # kernel name -> its launch's min_blocks (nvptx minctasm)
     seen: dict = {}  # nvptx: launch key -> (name, KernelInfo) of its first kernel
     twins: dict[str, str] = {}
     n_alloc = 0
@@ -297,12 +298,14 @@ def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None
             global_slot[name] = (slot_of[op.results[0]], value)
             globals_[name] = value.array
         elif op.name in _KERNELS or op.name == "gpu.launch":
+            if "min_blocks" in op.attributes:
+                min_blocks[f"kernel_{len(kernels)}"] = int(op.attributes["min_blocks"])
             kernels.append(_emit_kernel(m, op, len(kernels), slot_of, slots, check_ids,
                                         seen, twins))
     if checks:  # live over every kernel: no other buffer shares its memory
         slots[slot_of[_ERROR]].update(first=0, last=max(len(kernels) - 1, 0))
     if target == "nvptx":
-        _nvptx_metadata(m, kernels)
+        _nvptx_metadata(m, kernels, min_blocks)
     table = KernelTable(tuple(BufferSlot(**s) for s in slots), tuple(kernels),
                         tuple(n for n in names if n not in output_names(f)),
                         tuple(output_names(f)), tuple(o.attributes["check"] for o in checks),
@@ -342,6 +345,8 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
         else:
             dynamic = shared_bytes(op) > STATIC_SHARED_LIMIT
             k = _GpuKernel(m, name, roots, tops, dynamic=dynamic, check_ids=check_ids)
+            k.launch_shape = {"gpu.block_id": tuple(op.attributes["grid"]),
+                              "gpu.thread_id": tuple(op.attributes["block"])}
             k.block(op.regions[0].blocks[0], [])
             k.finish()
             shared, dynamic_shared = k.shared_bytes, k.shared_bytes if dynamic else 0
@@ -428,7 +433,7 @@ def _state_footprint(k: "_Kernel", slots: list, trip: int) -> None:
         set.add(a.attributes, rng)
 
 
-def _nvptx_metadata(m: ir.Module, kernels: list) -> None:
+def _nvptx_metadata(m: ir.Module, kernels: list, min_blocks: dict) -> None:
     """``maxntid{x,y,z}`` of every kernel (its block) in ``!nvvm.annotations``, and the
     ``nvvm-reflect-ftz = 0`` module flag libdevice's ``__nvvm_reflect`` reads.
 
@@ -436,7 +441,8 @@ def _nvptx_metadata(m: ir.Module, kernels: list) -> None:
     ptxas caps a small block's registers to fit many blocks per SM and spills to do it
     (SqueezeNet's 64-thread 32x64x32 tile: 96 registers and a 4-byte spill; with the hint, 120
     registers and none). A tensor-core tile wants its accumulators in registers more than a
-    tenth block per SM."""
+    tenth block per SM. A launch's ``min_blocks`` attribute (map-to-gpu's ``mma-min-blocks``)
+    asks for more: ``minctasm = n`` makes ptxas fit n blocks per SM in registers."""
     i32 = ir.IntType(32)
     for k in kernels:
         fn = m.get_global(k.name)
@@ -445,7 +451,8 @@ def _nvptx_metadata(m: ir.Module, kernels: list) -> None:
                                  [fn, ir.MetaDataString(m, f"maxntid{axis}"), ir.Constant(i32, n)])
         if k.schedule in ("mma", "wgmma"):
             m.add_named_metadata("nvvm.annotations",
-                                 [fn, ir.MetaDataString(m, "minctasm"), ir.Constant(i32, 1)])
+                                 [fn, ir.MetaDataString(m, "minctasm"),
+                                  ir.Constant(i32, min_blocks.get(k.name, 1))])
     m.add_named_metadata("llvm.module.flags", [ir.Constant(i32, 4),  # 4: Override
                                                ir.MetaDataString(m, "nvvm-reflect-ftz"),
                                                ir.Constant(i32, 0)])

@@ -1,5 +1,5 @@
 """Channels-last on the GPU: the nine light models with random weights compiled for cuda with
-``layout="nhwc"`` (input channels padded to multiples of 8) match onnxruntime at the bar of every
+``layout="nhwc"`` (input channels padded to multiples of 4) match onnxruntime at the bar of every
 random-weight comparison (light_models.assert_matches_reference), and ResNet-50 gives the same
 logits in both layouts (run times printed, never asserted). Skipped without a GPU (marker ``gpu``).
 """

@@ -111,9 +111,12 @@ TYPES = {"f16": (F16, F32), "tf32": (F32, F32), "s8": (I8, I32)}
 @attrs.frozen
 class Layout:
     """How an operand's tile sits in shared memory and how it gets there: ``kmajor`` (rows of
-    the M or N side, k contiguous) or not (rows of k); ``vector``: 16-byte cp.asyncs."""
+    the M or N side, k contiguous) or not (rows of k); ``vector``: cp.asyncs of ``chunk``
+    bytes (16; 8 where k runs contiguous only 8 bytes at a time: a convolution whose input
+    has 4 f16 or 8 int8 channels, ResNet's 3-channel image padded)."""
     kmajor: bool
     vector: bool
+    chunk: int = 16
 
 
 @attrs.frozen
@@ -160,12 +163,14 @@ def layout(c: Contraction, x: Operand) -> Layout:
     inner = ("r", len(c.red) - 1)
     syms = [("p", d) for d in _mn_dims(c, x) + c.batch] + [("r", j) for j in range(len(c.red))]
 
-    def aligned(except_sym) -> bool:
+    def aligned(except_sym, v=v) -> bool:
         return x.offset() % v == 0 and all(x.coef(s) % v == 0 for s in syms if s != except_sym)
 
     last = c.red[-1]
-    if x.coef(inner) == 1 and last.step == 1 and last.trips % v == 0 and aligned(inner):
-        return Layout(True, True)
+    for chunk in (16, 8):   # bytes per cp.async: 16, else 8 (v // 2 elements)
+        e = v * chunk // 16
+        if x.coef(inner) == 1 and last.step == 1 and last.trips % e == 0 and aligned(inner, e):
+            return Layout(True, True, chunk)
     dims = _mn_dims(c, x)
     if c.kind == "f16" and dims:
         d = dims[-1]
@@ -404,7 +409,8 @@ class _Builder:
         return self.c.M if x is self.c.a else self.c.N
 
     def _copy_vector(self, b, x: Operand, lay: Layout, stage, kt) -> None:
-        c, cfg, v = self.c, self.cfg, self.vec
+        c, cfg = self.c, self.cfg
+        v = self.vec * lay.chunk // 16      # elements per cp.async
         rows = cfg.bm if x is c.a else cfg.bn
         mn_total = self._extent(x)
         if lay.kmajor:
@@ -429,7 +435,7 @@ class _Builder:
             lin = _linear(b, x, self._operand_syms(b, x, mn_c, k_c))
             col = self._swizzle(b, x, r, col)
             b.create("gpu.cp_async", [self.flat[id(x)], [lin], self.s[id(x)], [stage, r, col],
-                                      pred], {"bytes": 16})
+                                      pred], {"bytes": lay.chunk})
 
     def _copy_scalar(self, b, x: Operand, stage, kt) -> None:
         """Element by element, k fastest across threads when k is the operand's contiguous
@@ -614,4 +620,16 @@ def schedule(op: Operation, options=None) -> Operation | None:
     epilogue = getattr(options, "mma_epilogue", mma_epilogue.DEFAULT_EPILOGUE)
     if epilogue != cfg.epilogue and valid(c, staged := attrs.evolve(cfg, epilogue=epilogue)):
         cfg = staged
-    return _Builder(c, cfg).build()
+    launch = _Builder(c, cfg).build()
+    blocks = getattr(options, "mma_min_blocks", 0) or min_blocks(c, cfg)
+    if blocks > 1:
+        launch.attributes["min_blocks"] = blocks
+    return launch
+
+
+def min_blocks(c: Contraction, cfg: Config) -> int:
+    """How many blocks of ``cfg`` each SM should hold at once (``minctasm``: ptxas then fits
+    their registers): 1, ptxas's own choice. Measured (MapToGpu's ``mma-min-blocks``): 3 for
+    every kernel sped up a few short-K int8 kernels (ResNet-50's layer-3 conv3, 20 -> 17 us)
+    and slowed the 128x128x128 ones (22 -> 37 us); a per-kernel rule needs a tuner's data."""
+    return 1

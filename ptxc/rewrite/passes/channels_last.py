@@ -41,13 +41,13 @@ function arguments and results, and around ops that need channels-first; each on
 ``graph.transpose`` in the op report (``ptxc explore --report``), and ResNet-50 has exactly one,
 at its input.
 
-Channel padding (``channel-multiple=8``): a non-grouped convolution whose input channels are not
-a multiple of ``channel-multiple`` reads its input padded with zero channels (one ``graph.pad`` on
-the channel axis, whose interior the producer writes directly, see lower-tensor-to-loop) and its
-filter padded with zero channels at compile time, so a 16-byte load (8 halves) never straddles
-two pixels; the result does not change. The multiple counts 2-byte elements: an int8 conv pads
-to twice as many (16 int8 in 16 bytes), where its filter's zero point is 0 (so ``w - zw`` is
-0 on the padded channels). Off by default (``1``): fp32 CUDA-core and CPU kernels
+Channel padding (``channel-multiple=4``, what cuda compiles with): a non-grouped convolution
+whose input channels are not a multiple of ``channel-multiple`` reads its input padded with zero
+channels (one ``graph.pad`` on the channel axis, whose interior the producer writes directly,
+see lower-tensor-to-loop) and its filter padded with zero channels at compile time, so an
+8-byte load (4 halves) never straddles two pixels; the result does not change. The multiple
+counts 2-byte elements: an int8 conv pads to twice as many (8 int8 in 8 bytes), where its
+filter's zero point is 0 (so ``w - zw`` is 0 on the padded channels). Off by default (``1``): fp32 CUDA-core and CPU kernels
 gain nothing from it (docs/graph-opt.md, "Layout").
 
 The pass does not decide *whether* a graph should run channels-last; ``compile(layout=...)``

@@ -1,0 +1,47 @@
+"""What the NVPTX emission tells LLVM and ptxas about a launch: the ids' ranges (so the index
+arithmetic of a pointwise kernel runs in 32 bits) and the blocks per SM an mma kernel asks for
+(map-to-gpu's ``mma-min-blocks``)."""
+
+import pytest
+
+from contraction_ir import loop_module, matmul_model
+from ptxc.dialects.loop import parallel_loop
+from ptxc.ir.types import F32
+from ptxc.ptx import lower_to_ptx
+from ptxc.rewrite.pass_manager import PassManager
+from test_loop_dialect import buf, load, module, op, store
+
+
+def _pointwise_ptx(shape=(32, 230, 230, 16)) -> str:
+    """A copy over a 4-D buffer of 27M points: delinearizing the thread's index takes divisions
+    by 230 and 16."""
+    def body(b, xb, yb):
+        _, p, ivs = parallel_loop(b, (0,) * len(shape), shape)
+        store(p, op(p, "arith.mul", load(p, xb, *ivs), op(p, "arith.constant", value=2.0,
+                                                             type=F32)), yb, *ivs)
+    m = module({"x": buf(shape, F32), "y": buf(shape, F32)}, ["y"], body)
+    PassManager("map-to-gpu").run(m)
+    return lower_to_ptx(m).ptx
+
+
+def test_thread_and_block_ids_carry_their_ranges():
+    """``ctaid.x`` < grid and ``tid.x`` < block: the linear index fits 32 bits and LLVM divides
+    it by constants with 32-bit ``mul.hi`` (64-bit ones are emulated on the GPU)."""
+    ptx = _pointwise_ptx()
+    assert "mul.hi.u32" in ptx
+    assert "mul.hi.u64" not in ptx and "mul.hi.s64" not in ptx
+
+
+@pytest.mark.parametrize("blocks", [0, 3])
+def test_mma_min_blocks_is_the_kernels_minnctapersm(blocks):
+    m = loop_module(matmul_model(M=256, K=64, N=128))
+    PassManager(f"map-to-gpu{{mma-min-blocks={blocks}}}").run(m)
+    ptx = lower_to_ptx(m).ptx
+    want = blocks or 1      # 0: the schedule's choice (mma.min_blocks: 1)
+    assert f".minnctapersm {want}" in ptx
+
+
+def test_bad_min_blocks_is_an_error():
+    from ptxc.errors import CompileError
+    with pytest.raises((CompileError, ValueError), match="mma-min-blocks"):
+        PassManager("map-to-gpu{mma-min-blocks=-1}")
