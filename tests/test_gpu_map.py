@@ -130,27 +130,6 @@ def test_top_level_for_runs_in_one_thread():
     assert [ln.attributes["schedule"] for ln in launches(m)] == ["pointwise", "sequential"]
 
 
-def test_points_that_loop_spread_over_every_sm():
-    """2000 points each summing 10 values (too short a reduction for the reduction schedule):
-    pointwise, in blocks of 32 threads so that the loops run in 63 blocks, not 8 of 256
-    (pointwise.SPREAD_BLOCKS); a nest without loops keeps 256-thread blocks."""
-    def body(b, x, y, z):
-        _, p, (i,) = parallel_loop(b, (0,), (2000,), loc="loops")
-        f, fb, k, (acc,) = for_loop(p, 0, 10, inits=[c(p, 0.0, F32)])
-        fb.create("loop.yield", [op(fb, "arith.add", acc, load(fb, x, i, k))])
-        store(p, f.results[0], y, i)
-        _, q, (j,) = parallel_loop(b, (0,), (2000,), loc="flat")
-        store(q, load(q, y, j), z, j)
-
-    m = module({"x": buf(2000, 10), "y": buf(2000), "z": buf(2000)}, ["y", "z"], body)
-    x = np.random.default_rng(5).standard_normal((2000, 10)).astype(np.float32)
-    got = map_and_check(m, {"x": x})
-    np.testing.assert_allclose(got["z"], x.sum(1), rtol=1e-5, atol=1e-5)
-    shape = {ln.loc: (ln.attributes["grid"], ln.attributes["block"]) for ln in launches(m)}
-    assert shape["loops"] == ((63, 1, 1), (32, 1, 1))
-    assert shape["flat"] == ((8, 1, 1), (256, 1, 1))
-
-
 def test_top_level_for_with_used_results_refused():
     def body(b, y):
         f, fb, k, (acc,) = for_loop(b, 0, 4, inits=[c(b, 0.0, F32)])

@@ -8,10 +8,7 @@ into iteration numbers and then induction values (``lower + t * step``). The bod
 with its induction variables remapped; an inner ``loop.for`` (a reduction the other schedules
 did not take) runs sequentially in its thread. A ``loop.copy`` is the nest of a load and a store
 over its shape. ``B`` is the pass's ``block_size`` (256), fewer -- a multiple of 32 -- for small
-nests; ``grid = ceil(points / B)``. Where each point runs a loop and 256-thread blocks would
-leave SMs without one, fewer threads per block spread the points over :data:`SPREAD_BLOCKS`
-blocks (:func:`spread_block`; ResNet-50's global average pool, unroll-and-jammed to 8192
-points: 128 blocks of 64, not 32 of 256).
+nests; ``grid = ceil(points / B)``.
 
 A nest of one point (a ``loop.parallel`` without dimensions, a rank-0 copy) and a top-level
 ``loop.for`` run in a launch of a single thread (grid 1, block 1, no guard). A sequential
@@ -26,14 +23,8 @@ from __future__ import annotations
 from ...dialects.loop import if_op
 from ...errors import CompileError
 from ...ir.core import Operation
-from .common import (WARP, block_size, clone_body, cmp, const, delinearize, grid_size,
-                     induction_values, launch_before, linear_thread_index, parallel_space, points)
-
-
-#: blocks a nest whose points each run a loop is spread over at least (an H200 has 132 SMs): a
-#: global average pool unroll-and-jammed to 8192 points of 49 iterations ran in 32 blocks of
-#: 256 threads, on a quarter of the SMs
-SPREAD_BLOCKS = 132
+from .common import (block_size, clone_body, cmp, const, delinearize, grid_size, induction_values,
+                     launch_before, linear_thread_index, parallel_space, points)
 
 
 def schedule(op: Operation, options) -> Operation | None:
@@ -46,8 +37,6 @@ def schedule(op: Operation, options) -> Operation | None:
 
         def emit(b, ivs):
             clone_body(body, b, dict(zip(body.args, ivs)))
-        if any(o.name == "loop.for" for o in op.walk()):
-            max_block = spread_block(points(trips), max_block)
         return _nest(op, trips, lower, step, emit, max_block, "pointwise")
     if op.name == "loop.copy":
         src, dst = op.operands
@@ -66,16 +55,6 @@ def schedule(op: Operation, options) -> Operation | None:
             b.insert(op.clone({}))
         return _nest(op, [], [], [], emit, max_block, "sequential")
     return None
-
-
-def spread_block(n: int, max_block: int) -> int:
-    """The most threads per block for ``n`` points that each run a loop: ``max_block``, or
-    fewer (a multiple of a warp, at least one) when ``max_block`` would fill fewer than
-    :data:`SPREAD_BLOCKS` blocks, so the points' loops run on every SM. 8192 points: 64 threads
-    in 128 blocks, not 256 in 32."""
-    if -(-n // max_block) >= SPREAD_BLOCKS:
-        return max_block
-    return min(max_block, max(WARP, -(-n // SPREAD_BLOCKS // WARP) * WARP))
 
 
 def _nest(op: Operation, trips, lower, step, emit, max_block: int, name: str) -> Operation:
