@@ -260,7 +260,8 @@ class _GpuKernel(_Kernel):
     math_library = "libdevice"
 
     def __init__(self, module: ir.Module, name: str, roots: list, top_scalars: list,
-                 dynamic: bool = False, check_ids: dict | None = None):
+                 dynamic: bool = False, check_ids: dict | None = None,
+                 id_ranges: dict | None = None):
         super().__init__(module, name, roots, top_scalars, check_ids)
         self.fn.calling_convention = "ptx_kernel"
         for a in self.fn.args:  # every buffer a cuda kernel gets starts 256-byte aligned
@@ -268,8 +269,9 @@ class _GpuKernel(_Kernel):
         self.shared_bytes = 0
         self.n_shared = 0
         self.dynamic = dynamic
-        #: {"gpu.block_id": grid, "gpu.thread_id": block} of the launch (the ids' ranges)
-        self.launch_shape: dict = {}
+        #: {"gpu.block_id": grid, "gpu.thread_id": block}: the ids' ranges, given to LLVM as
+        #: ``!range`` metadata (empty: none)
+        self.id_ranges = id_ranges or {}
 
     def emit(self, op: Operation) -> None:
         name = op.name
@@ -277,7 +279,7 @@ class _GpuKernel(_Kernel):
             dim = op.attributes["dim"]
             reg = f"llvm.nvvm.read.ptx.sreg.{_SREG[name]}.{'xyz'[dim]}"
             v = self.b.call(self.declare(reg, ir.IntType(32), []), [])
-            extent = self.launch_shape.get(name, (0, 0, 0))[dim] if self.launch_shape else 0
+            extent = self.id_ranges.get(name, (0, 0, 0))[dim]
             if extent:   # [0, extent): LLVM then narrows the index math to 32 bits where
                 i32 = ir.IntType(32)    # it fits (a pointwise kernel's div/mod by constants)
                 v.set_metadata("range", self.m.add_metadata([ir.Constant(i32, 0),

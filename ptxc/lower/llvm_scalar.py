@@ -158,6 +158,15 @@ def _constant_value(v):
     return op.attributes["value"]
 
 
+def _constant_number(v) -> float | None:
+    """``v``'s value when it is a numeric constant other than NaN (infinities included), else
+    None."""
+    x = _constant_value(v)
+    if isinstance(x, (int, float)) and not isinstance(x, bool) and x == x:
+        return float(x)
+    return None
+
+
 #: 1.5 * 2**23: for an f32 |x| <= 2**22, ``x + MAGIC`` is x rounded to an integer (ties to
 #: even) plus MAGIC, exactly, and its bits are ``MAGIC_BITS`` plus that integer
 MAGIC = 12582912.0
@@ -178,17 +187,15 @@ def _range(v, depth: int = 8) -> tuple[float, float]:
     if op is None or depth == 0 or not v.type.is_float:
         return unknown
     if op.name == "arith.constant":
-        x = op.attributes["value"]
-        if isinstance(x, (int, float)) and not isinstance(x, bool) and x == x:
-            return float(x), float(x)
-        return unknown
+        x = _constant_number(v)
+        return unknown if x is None else (x, x)
     if op.name in ("arith.max", "arith.min"):
         for k in (0, 1):
-            c = _constant_value(op.operands[1 - k])
-            if isinstance(c, (int, float)) and not isinstance(c, bool) and c == c:
+            c = _constant_number(op.operands[1 - k])
+            if c is not None:
                 lo, hi = _range(op.operands[k], depth - 1)
                 f = max if op.name == "arith.max" else min
-                return f(lo, float(c)), f(hi, float(c))
+                return f(lo, c), f(hi, c)
         return unknown
     if op.name == "math.roundeven":
         lo, hi = _range(op.operands[0], depth - 1)
@@ -213,15 +220,15 @@ def _rounded_plus_constant(v):
     op = getattr(v, "op", None)
     z = 0
     if op is not None and op.name in ("arith.add", "arith.sub"):
-        for k in ((0, 1), (1, 0)) if op.name == "arith.add" else ((0, 1),):
-            c = _constant_value(op.operands[k[1]])
-            if isinstance(c, (int, float)) and not isinstance(c, bool) and \
-                    float(c).is_integer() and abs(c) <= SMALL:
-                z = int(c) if op.name == "arith.add" else -int(c)
-                op = getattr(op.operands[k[0]], "op", None)
-                break
-        else:
+        x, c = op.operands
+        zc = _constant_number(c)
+        if zc is None and op.name == "arith.add":     # the constant first
+            c, x = op.operands
+            zc = _constant_number(c)
+        if zc is None or not zc.is_integer() or abs(zc) > SMALL:
             return None
+        z = int(zc) if op.name == "arith.add" else -int(zc)
+        op = getattr(x, "op", None)
     if op is None or op.name != "math.roundeven" or not _small(op.operands[0]):
         return None
     return op.operands[0], z
@@ -270,8 +277,8 @@ def _integral(v, depth: int = 8) -> bool:
 def _nonzero_number(v) -> bool:
     """``v`` is a constant, finite or infinite, not zero and not NaN: a max or min against it
     never ties (+0 against -0), so its NaN-propagating form needs no compare-and-select."""
-    x = _constant_value(v)
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and x != 0
+    x = _constant_number(v)
+    return x is not None and x != 0
 
 
 def _clamped_to_i32(v) -> bool:
@@ -469,7 +476,7 @@ class ScalarEmitter:
                 rounded = _rounded_plus_constant(x)
                 if rounded is not None:
                     return self._rounded_to_int(self.vals[rounded[0]], rounded[1], dst)
-                return self._small_integral_to_int(args[0], dst)
+                return self._rounded_to_int(args[0], 0, dst)
             if dst.name == "f32" and not src.is_float and src != I1 and \
                     src.bitwidth <= 32 and _int_bits(x) <= 22:
                 return self._small_int_to_f32(args[0], src)
@@ -534,23 +541,14 @@ class ScalarEmitter:
                 return {"bit_and": b.and_, "bit_or": b.or_, "bit_xor": b.xor}[name](x, y)
         raise CompileError(f"{op.where}: no LLVM lowering for arith.{name}")
 
-    def _small_integral_to_int(self, v: ir.Value, dst: ScalarType) -> ir.Value:
-        """An integer-valued f32 in [-SMALL, SMALL] (or NaN) to an int of at most 32 bits:
-        ``bits(v + MAGIC) - MAGIC_BITS`` (exact: the sum is v + MAGIC, whose bits are
-        MAGIC_BITS + v), NaN giving 0 as the saturating cast does; then truncated."""
-        b = self.b
-        bits = b.bitcast(b.fadd(v, constant(MAGIC, ScalarType("f32"))), I32)
-        r = b.sub(bits, ir.Constant(I32, MAGIC_BITS))
-        r = b.select(b.fcmp_unordered("uno", v, v), ir.Constant(I32, 0), r)
-        return r if dst.bitwidth == 32 else b.trunc(r, llvm_type(dst))
-
     def _rounded_to_int(self, x: ir.Value, z: int, dst: ScalarType) -> ir.Value:
-        """``int(roundeven(x) + z)`` for an f32 ``x`` in [-SMALL, SMALL] and an integer ``z``
-        (:func:`_rounded_plus_constant`): ``bits(x + MAGIC) + (z - MAGIC_BITS)``, NaN giving 0.
-        Exact: ``x + MAGIC`` is MAGIC plus x rounded to an integer, ties to even, and its bits
-        are MAGIC_BITS plus that integer; the rounding, the zero point and the conversion are
-        one f32 add and one integer add (four instructions fewer than rounding, adding and
-        converting one by one)."""
+        """``int(roundeven(x) + z)`` for an f32 ``x`` in [-SMALL, SMALL] (or NaN) and an
+        integer ``z``, as an int of at most 32 bits: ``bits(x + MAGIC) + (z - MAGIC_BITS)``,
+        NaN giving 0 as the saturating cast does; then truncated. Exact: ``x + MAGIC`` is
+        MAGIC plus x rounded to an integer, ties to even, and its bits are MAGIC_BITS plus that
+        integer. An integer-valued x with z = 0 is the plain cast; with
+        :func:`_rounded_plus_constant` the rounding, the zero point and the conversion are one
+        f32 add and one integer add."""
         b = self.b
         bits = b.bitcast(b.fadd(x, constant(MAGIC, ScalarType("f32"))), I32)
         r = b.add(bits, ir.Constant(I32, z - MAGIC_BITS))

@@ -344,14 +344,15 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
             shared, dynamic_shared = first.shared_bytes, first.dynamic_shared
         else:
             dynamic = shared_bytes(op) > STATIC_SHARED_LIMIT
-            k = _GpuKernel(m, name, roots, tops, dynamic=dynamic, check_ids=check_ids)
-            if op.attributes.get("schedule") not in ("mma", "wgmma"):
-                # the ids' ranges (llvm_kernel): a one-thread-per-point kernel's index math in
-                # 32 bits. Not in tensor-core kernels: their index math is per tile and hoisted,
-                # and the narrowed form made ptxas spill SqueezeNet's split-K 32x64 tile (124 ->
-                # 255 registers, 48 bytes of spills)
-                k.launch_shape = {"gpu.block_id": tuple(op.attributes["grid"]),
-                                  "gpu.thread_id": tuple(op.attributes["block"])}
+            # the ids' ranges (llvm_kernel): a one-thread-per-point kernel's index math in 32
+            # bits. Not in tensor-core kernels: their index math is per tile and hoisted, and
+            # the narrowed form made ptxas spill SqueezeNet's split-K 32x64 tile (124 -> 255
+            # registers, 48 bytes of spills)
+            ranges = None if op.attributes.get("schedule") in ("mma", "wgmma") else {
+                "gpu.block_id": tuple(op.attributes["grid"]),
+                "gpu.thread_id": tuple(op.attributes["block"])}
+            k = _GpuKernel(m, name, roots, tops, dynamic=dynamic, check_ids=check_ids,
+                           id_ranges=ranges)
             k.block(op.regions[0].blocks[0], [])
             k.finish()
             shared, dynamic_shared = k.shared_bytes, k.shared_bytes if dynamic else 0

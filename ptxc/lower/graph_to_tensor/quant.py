@@ -79,18 +79,16 @@ def _saturate(bb, y, zp, el, zp_value: int | None = None):
                 %s = arith.add (math.roundeven %m), -3.0;  arith.cast %s to i8
     """
     lo, hi = quant_range(el)
-    if y.type == F32 and max(-lo, hi) <= 2 ** 16 and zp_value is not None \
-            and abs(zp_value) <= 2 ** 16:
-        y = _exact_quotient(bb, y)
-        y = op_(bb, "arith.min", op_(bb, "arith.max", y, c(bb, float(lo - zp_value), F32)),
-                c(bb, float(hi - zp_value), F32))
-        r = op_(bb, "math.roundeven", y)
-        if zp_value:
-            r = op_(bb, "arith.add", r, c(bb, float(zp_value), F32))
-        return cast(bb, r, el)
     if y.type == F32 and max(-lo, hi) <= 2 ** 16:
         ft = F32
         y = _exact_quotient(bb, y)
+        if zp_value is not None and abs(zp_value) <= 2 ** 16:   # saturate, then round
+            y = op_(bb, "arith.min", op_(bb, "arith.max", y, c(bb, float(lo - zp_value), F32)),
+                    c(bb, float(hi - zp_value), F32))
+            r = op_(bb, "math.roundeven", y)
+            if zp_value:
+                r = op_(bb, "arith.add", r, c(bb, float(zp_value), F32))
+            return cast(bb, r, el)
         # into [-2**22, 2**22] first: the same saturated integer (|lo|, |hi|, |zp| <= 2**16),
         # and the domain where rounding and the cast need no conversion instruction
         # (llvm_scalar's MAGIC forms)
@@ -160,10 +158,9 @@ def _exact_quotient(bb, y):
 @lowers("graph.quantize_linear")
 def _quantize(op, b):
     x, s = op.operands[0], _scalar_view(b, op.operands[1])
-    zp = _scalar_view(b, op.operands[2]) if len(op.operands) == 3 else None
-    zp_value = _scalar_zp(op.operands[2] if zp is not None else None)
-    if zp_value is not None:   # a known zero point is a number in the body, not an input
-        zp = None
+    zp = op.operands[2] if len(op.operands) == 3 else None
+    zp_value = _scalar_zp(zp)   # a known zero point is a number in the body, not an input
+    zp = _scalar_view(b, zp) if zp is not None and zp_value is None else None
     out = op.results[0].type
     axis = op.attr("axis")
     ins = [x, s] + ([zp] if zp is not None else [])
