@@ -135,6 +135,19 @@ def test_compile_precision_int8_with_calibration_data_table_and_cache(tmp_path):
     assert np.array_equal(e.run(d)["logits"], e3.run(d)["logits"])
 
 
+@pytest.mark.slow
+def test_int8_cpu_plan_round_trip(tmp_path):
+    """An int8 cpu engine (requantization: clamps, relu, roundeven, the exact quotient's fmas)
+    saves to a plan and loads back: its IR declares only intrinsics the plan check allows, and
+    the loaded engine gives the same bits."""
+    e = ptxc.compile(small_cnn(), target="cpu", precision="int8", calibration=_data(2))
+    path = tmp_path / "int8.plan"
+    e.save(path)
+    loaded = ptxc.load(path)
+    d = _data(1)[0]
+    assert loaded.run(d)["logits"].tobytes() == e.run(d)["logits"].tobytes()
+
+
 def test_compile_int8_errors():
     from ptxc.errors import CompileError
     with pytest.raises(CompileError, match="needs calibration"):

@@ -73,6 +73,32 @@ def test_compiled_float_max_min_propagate_nan_from_either_side():
             np.testing.assert_array_equal(got[name], want, err_msg=f"{name} {el}")
 
 
+@pytest.mark.parametrize("el", [F32, F64, F16])
+def test_compiled_max_min_against_signed_zeros_match_numpy(el):
+    """max(x, +0.0) (a relu) and min(x, -0.0) compile to llvm.maximum/minimum for f32/f64
+    (llvm_scalar's _tie_free_bound): NaN propagates and a tie gives numpy's zero; max(x, -0.0)
+    and min(x, +0.0), whose ties numpy breaks the other way, stay compare-and-select. All four
+    equal numpy on NaN, +-0, +-inf and ordinary values, sign of zero included."""
+    t = BufferType((8,), el)
+    x = np.array([np.nan, 0.0, -0.0, 1.5, -1.5, np.inf, -np.inf, 3.0], el.np_dtype)
+
+    def body(b, xb, *outs):
+        _, p, (i,) = parallel_loop(b, (0,), (8,))
+        u = load(p, xb, i)
+        for out, (name, zero) in zip(outs, CASES):
+            p.create("loop.store", [op(p, name, u, const(p, zero, el)), out, [i]])
+    CASES = [("arith.max", 0.0), ("arith.min", -0.0), ("arith.max", -0.0), ("arith.min", 0.0)]
+    names = [f"y{k}" for k in range(len(CASES))]
+    mod = module({"x": t, **{n: t for n in names}}, names, body)
+    got = CpuProgram(lower_loop_to_llvm(mod))({"x": x})
+    for n, (name, zero) in zip(names, CASES):
+        f = np.maximum if name == "arith.max" else np.minimum
+        want = f(x, np.asarray(zero, el.np_dtype))
+        np.testing.assert_array_equal(np.isnan(got[n]), np.isnan(want), err_msg=n)
+        np.testing.assert_array_equal(np.signbit(got[n]), np.signbit(want), err_msg=n)
+        np.testing.assert_array_equal(got[n], want, err_msg=f"{name} {zero} {el}")
+
+
 def test_tiled_edge_threads_read_nothing_past_a_global_operand():
     """y[i, j] = sum_k a[i, k] * b[k, j] * d[i, j, k] over 37 x 21 points in 16 x 16 tiles:
     a and b are staged in shared memory, d (every thread reads its own elements: nothing to

@@ -137,10 +137,8 @@ def test_explain_says_why_a_pair_did_not_fold():
     assert np.array_equal(ptxc.interpret(mod, {"x": x})["y"], _ort(m, {"x": x}))
 
 
-@pytest.mark.slow
-def test_residual_epilogue_is_scaled_to_output_units():
-    """DQ -> conv -> + DQ(residual) -> Q: the residual joins the int8 conv's epilogue in units
-    of the output scale; equal to the unfolded float graph within one output step."""
+def _residual_model(after_add=()):
+    """DQ -> conv -> + DQ(x) -> [after_add nodes] -> Q -> DQ, 4 channels, 6x6."""
     c = 4
     inits = {"s": np.float32(0.04), "z": np.int8(0), "ys": np.float32(0.07),
              "wq": RNG.integers(-60, 60, (c, c, 3, 3)).astype(np.int8),
@@ -150,23 +148,51 @@ def test_residual_epilogue_is_scaled_to_output_units():
              n("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
              n("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
              n("Conv", ["xd", "wd"], ["cv"], name="conv", pads=[1, 1, 1, 1]),
-             n("Add", ["cv", "xd"], ["a"], name="add"),
-             n("QuantizeLinear", ["a", "ys", "z"], ["aq"], name="q"),
-             n("DequantizeLinear", ["aq", "ys", "z"], ["y"])]
+             n("Add", ["cv", "xd"], ["a0"], name="add")]
+    last = "a0"
+    for i, kind in enumerate(after_add):
+        nodes.append(n(kind, [last], [f"a{i + 1}"], name=f"{kind.lower()}{i}"))
+        last = f"a{i + 1}"
+    nodes += [n("QuantizeLinear", [last, "ys", "z"], ["aq"], name="q"),
+              n("DequantizeLinear", ["aq", "ys", "z"], ["y"])]
     shape = [1, c, 6, 6]
-    m = _model(nodes, inits, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-               shape)
+    return _model(nodes, inits, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                  shape), shape
+
+
+def _assert_within_one_output_step(m, shape, step=0.07):
     mod = ptxc.import_onnx(m)
     PassManager("graph-opt").run(mod)
-    text = print_ir(mod, elide_constants=True)
-    assert '"graph.qlinear_conv"' in text and '"arith.div"' in text
     for _ in range(3):
         x = RNG.standard_normal(shape).astype(np.float32)
         ref = ptxc.interpret(ptxc.import_onnx(m), {"x": x})["y"]
         got = ptxc.interpret(mod, {"x": x})["y"]
-        assert np.max(np.abs(got - ref)) <= 0.07 * 1.0001
+        assert np.max(np.abs(got - ref)) <= step * 1.0001
         assert np.mean(got == ref) > 0.95
         assert np.array_equal(ptxc.compile(m, target="cpu").run({"x": x})["y"], got)
+    return print_ir(mod, elide_constants=True)
+
+
+@pytest.mark.slow
+def test_residual_epilogue_is_scaled_to_output_units():
+    """DQ -> conv -> + DQ(residual) -> relu -> Q: the residual joins the int8 conv's epilogue in
+    units of the output scale, the division by it distributed to the leaves (the residual's DQ
+    scale becomes 0.04 / 0.07; no division left); equal to the unfolded float graph within one
+    output step."""
+    m, shape = _residual_model(["Relu"])
+    text = _assert_within_one_output_step(m, shape)
+    assert '"graph.qlinear_conv"' in text and '"arith.div"' not in text
+    ratio = np.float32(0.04) / np.float32(0.07)
+    assert f"dense<{str(ratio)}>" in text, text
+
+
+@pytest.mark.slow
+def test_nonlinear_residual_epilogue_keeps_the_division():
+    """A residual epilogue that does more than add, compare and scale (a sigmoid) cannot take
+    the output scale into its leaves: it stays ``old(v * ys) / ys``, still within one step."""
+    m, shape = _residual_model(["Sigmoid"])
+    text = _assert_within_one_output_step(m, shape)
+    assert '"graph.qlinear_conv"' in text and '"arith.div"' in text
 
 
 # ---- ResNet-50 (random weights) quantized by onnxruntime ------------------------------------------

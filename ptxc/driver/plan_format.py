@@ -61,7 +61,8 @@ CAUSES = ("magic", "truncated", "format", "checksum", "header", "blob", "version
 #: the LLVM intrinsics a cpu plan's IR may declare: those loop-to-llvm emits (by name prefix,
 #: before the type suffix); anything else (``llvm.trap``, ``llvm.memcpy``, ...) is refused
 INTRINSICS = ("llvm.exp.", "llvm.log.", "llvm.sqrt.", "llvm.floor.", "llvm.ceil.",
-              "llvm.fabs.", "llvm.pow.", "llvm.fptosi.sat.", "llvm.fptoui.sat.")
+              "llvm.fabs.", "llvm.pow.", "llvm.fptosi.sat.", "llvm.fptoui.sat.",
+              "llvm.maximum.", "llvm.minimum.", "llvm.roundeven.", "llvm.fma.", "llvm.copysign.")
 #: the largest element count or trip count a header may give (far above any real tensor)
 MAX_COUNT = 2**48
 BLOB_KINDS = ("llvm", "ptx", "weight", "object")

@@ -7,8 +7,9 @@ exact (add, sub, mul, div, sqrt, comparisons, casts). Choices that keep to the r
 * ``arith.max``/``min`` on floats are compare-and-select: NaN propagates, as ``np.maximum``
   (``llvm.maxnum`` would drop the NaN), and ties between ``+0`` and ``-0`` break as numpy's loops
   do (``llvm.maximum`` would always give ``+0``). Against a constant that is neither zero nor
-  NaN (a clamp's bounds) there is no tie, and ``llvm.maximum``/``minimum`` is exact: NVPTX
-  ``max.NaN.f32``, one instruction where compare-and-select takes four.
+  NaN (a clamp's bounds) there is no tie, and against ``+0.0`` in a max (a relu) or ``-0.0``
+  in a min the tie goes to the same zero both ways: there ``llvm.maximum``/``minimum`` is
+  exact, NVPTX ``max.NaN.f32``, one instruction where compare-and-select takes two to four.
 * integer ``arith.div`` truncates toward zero; division by zero gives the dividend and
   ``INT_MIN / -1`` wraps, as the reference (LLVM's ``sdiv`` would be undefined there).
 * integer ``arith.pow`` is square-and-multiply with wrapping, unrolled over the exponent's bits;
@@ -274,11 +275,19 @@ def _integral(v, depth: int = 8) -> bool:
     return False
 
 
-def _nonzero_number(v) -> bool:
-    """``v`` is a constant, finite or infinite, not zero and not NaN: a max or min against it
-    never ties (+0 against -0), so its NaN-propagating form needs no compare-and-select."""
+def _tie_free_bound(name: str, v) -> bool:
+    """``v``, the second operand of an f32/f64 ``max``/``min`` (``name``), is a constant whose
+    NaN-propagating ``llvm.maximum``/``minimum`` is numpy's result exactly: not NaN, and either
+    not zero (no +0/-0 tie) or the zero that numpy's f32/f64 loops return on a tie anyway (their
+    second operand) and LLVM's ordering (-0 < +0) picks too: ``max(x, +0.0)`` (a relu) and
+    ``min(x, -0.0)``."""
     x = _constant_number(v)
-    return x is not None and x != 0
+    if x is None:
+        return False
+    if x != 0:
+        return True
+    positive = math.copysign(1.0, x) > 0
+    return positive if name == "max" else not positive
 
 
 def _clamped_to_i32(v) -> bool:
@@ -509,9 +518,9 @@ class ScalarEmitter:
             if name in simple:
                 return simple[name](x, y)
             if name in ("max", "min"):
-                if t.name in ("f32", "f64") and _nonzero_number(op.operands[1]):
-                    # no tie and a NaN x gives NaN: llvm.maximum/minimum (max.NaN.f32, one
-                    # instruction on sm_80+) is numpy's maximum/minimum exactly
+                if t.name in ("f32", "f64") and _tie_free_bound(name, op.operands[1]):
+                    # a NaN x gives NaN and a tie gives numpy's zero: llvm.maximum/minimum
+                    # (max.NaN.f32, one instruction on sm_80+) is numpy's maximum exactly
                     return self.intrinsic("maximum" if name == "max" else "minimum", t, [x, y])
                 return self._float_max_min(name, x, y, t)
             if name == "rem":

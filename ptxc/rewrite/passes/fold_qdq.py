@@ -15,9 +15,11 @@ After fuse-epilogues (conv + relu -> fused_conv) this pass makes it::
       ... relu ...
     }) : (...) -> tensor<...xi8>          with m[c] = (xs * ws[c]) / ys in float32
 
-The epilogue block of the int8 op works in units of the output scale ``ys``; the float epilogue
-``e`` becomes ``e(v * ys, ...) / ys``, or stays as it is when it only compares with zero (relu,
-max/min with 0), which commutes with a positive scale. A DQ -> conv/matmul/gemm whose result is
+The epilogue block of the int8 op works in units of the output scale ``ys``: the float epilogue
+``e`` stays as it is when it only compares with zero (relu, max/min with 0), which commutes with
+a positive scale; one that adds dequantized inputs (a residual) has the division by ``ys``
+distributed into it (:func:`_in_output_units`: the residual's DQ scale becomes ``rs / ys``);
+any other becomes ``e(v * ys, ...) / ys``. A DQ -> conv/matmul/gemm whose result is
 not quantized (a network's last layer) becomes the same op with a float result (multiplier
 ``xs * ws``, no output zero point).
 
@@ -185,9 +187,15 @@ class FoldQDQ(RewritePattern):
             rank = op.results[0].type.rank
             shape = (channels,) + (1,) * (rank - 2) if base == "graph.conv" else (channels,)
             extras = [const(np.broadcast_to(float_bias, (channels,)).reshape(shape))] + extras
-        region = self._epilogue(epilogue, [v.type.element for v in extras],
-                                None if ys is None else float(ys.reshape(())),
-                                float_bias is not None)
+        ys_f = None if ys is None else float(ys.reshape(()))
+        units = None
+        if ys_f is not None and epilogue is not None and not _scale_free(epilogue):
+            units = _in_output_units(epilogue, ys_f, extras, b)
+        if units is not None:
+            region, extras = units
+        else:
+            region = self._epilogue(epilogue, [v.type.element for v in extras], ys_f,
+                                    float_bias is not None)
         name = "graph.qlinear_conv" if base == "graph.conv" else "graph.qlinear_matmul"
         out = q.results[0] if q is not None else op.results[0]
         # provenance: the float op's own fusions (a residual Add, a Relu) and the Q/DQ it takes
@@ -261,6 +269,94 @@ class FoldQDQ(RewritePattern):
             y = bb.create("arith.div", [y, c]).result
         bb.create("graph.yield", [y], result_types=[])
         return Region([block])
+
+
+#: epilogue ops that commute with dividing by a positive scale once their operands are divided
+#: (constants included); ``arith.mul`` / ``arith.div`` by a constant keep the constant
+_LINEAR = frozenset({"arith.add", "arith.sub", "arith.max", "arith.min", "arith.neg"})
+
+
+def _in_output_units(old: Block, ys: float, extras: list, b: Builder):
+    """``old(v * ys, e...) / ys`` as ``old'(v, e' ...)``: the division by the output scale
+    distributed down to the leaves, as TensorRT's requantization multipliers are, or None where
+    ``old`` does more than add, subtract, negate, take max/min, and multiply or divide by
+    constants, or an epilogue input is not a DequantizeLinear with a constant scale.
+
+    The accumulator argument ``v * ys`` becomes ``v`` (already ``acc * xs * ws / ys``); an input
+    ``DQ(rq, rs, rz)`` becomes ``DQ(rq, rs / ys, rz)`` (a new DQ before the layer); a constant
+    added or compared is divided by ``ys`` at compile time, a constant factor kept. Example (a
+    residual block's last conv, ys = 0.02; the residual's scale 0.01)::
+
+        before: ^bb0(%v, %r):  %a = arith.mul %v, 0.02;  %s = arith.add %a, %r
+                               %y = arith.max %s, 0.0;   %q = arith.div %y, 0.02
+                with %r = DQ(%rq, 0.01)
+        after:  ^bb0(%v, %r'): %s = arith.add %v, %r';  %q = arith.max %s, 0.0
+                with %r' = DQ(%rq, 0.5)
+
+    Real-number equal; in float32 each form rounds differently, so an output at a rounding tie
+    may come out one step apart: within the quantization step that the int8 contract allows
+    (the interpreter, cpu and cuda all run this same form, so they still agree bit for bit).
+    What it buys: an int8 residual epilogue loses a multiply, the exact division (a multiply,
+    two fmas and a clamp) and nothing else changes (ResNet-50's conv3 + Add + Relu kernels:
+    about 9 of 25 instructions per output)."""
+    if not ys > 0 or not np.isfinite(ys):
+        return None
+    scaled_extras = []
+    for e in extras:
+        p = producer(e)
+        if p is None or p.name != "graph.dequantize_linear" or e.type.element != F32:
+            return None
+        rs = constant_value(p.operands[1])
+        if rs is None:
+            return None
+        ratio = (rs.astype(np.float32) / np.float32(ys)).astype(np.float32)
+        if not np.all(np.isfinite(ratio)):
+            return None
+        sv = b.create("graph.constant", [], {"value": DenseElements(ratio)}).result
+        dq = b.create("graph.dequantize_linear", [p.operands[0], sv] + list(p.operands[2:]),
+                      dict(p.attributes), result_types=[e.type], loc=p.loc)
+        scaled_extras.append(dq.results[0])
+    block = Block([F32] + [F32] * len(extras))
+    bb = Builder.at_end(block)
+    value = dict(zip(old.args, block.args))   # old value -> its new value over ys
+    consts = {}                                # old constant result -> its number
+
+    def number(x: float):
+        return bb.create("arith.constant", [], {"value": x, "type": F32}).result
+
+    def operand(v, divided: bool):
+        if v in value:
+            return value[v]
+        if v in consts:
+            return number(float(np.float32(consts[v]) / np.float32(ys)) if divided
+                          else consts[v])
+        return None
+
+    for op in old.ops:
+        if op.name == "graph.yield":
+            y = operand(op.operands[0], True)
+            if y is None:
+                return None
+            bb.create("graph.yield", [y], result_types=[])
+            return Region([block]), scaled_extras
+        if op.name == "arith.constant":
+            if op.results[0].type != F32:
+                return None
+            consts[op.results[0]] = float(op.attributes["value"])
+            continue
+        if op.name in _LINEAR:
+            args = [operand(v, True) for v in op.operands]
+        elif op.name in ("arith.mul", "arith.div") and op.operands[1] in consts:
+            args = [operand(op.operands[0], True), operand(op.operands[1], False)]
+        elif op.name == "arith.mul" and op.operands[0] in consts:
+            args = [operand(op.operands[0], False), operand(op.operands[1], True)]
+        else:
+            return None
+        if any(a is None for a in args) or op.results[0].type != F32:
+            return None
+        value[op.results[0]] = bb.create(op.name, args, dict(op.attributes),
+                                         result_types=[F32]).result
+    return None
 
 
 def _is_int32_dq(v) -> bool:
