@@ -104,19 +104,26 @@ def test_bad_epilogue_option_is_a_compile_error():
         PassManager("map-to-gpu{mma-epilogue=vector}")
 
 
-def residual_conv_fp32(N=2, C=64, H=6, W=6, seed=0):
+def residual_conv_fp32(N=2, C=64, H=6, W=6, seed=0, first_conv=False):
     """conv1x1(relu(conv1x1(x, w) + b + x), w2): ResNet's identity shortcut (the residual is
     the conv's own input, channels-last f16 inside, as between layers) and the next 1x1 conv;
-    an fp32 ONNX model."""
+    an fp32 ONNX model. ``first_conv``: x is a 1x1 conv + relu of the input (so that in int8
+    the residual is a channels-last layer output, as in ResNet, not the NCHW model input)."""
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(seed)
     inits = [numpy_helper.from_array((rng.standard_normal((C, C, 1, 1)) / np.sqrt(C))
-                                     .astype(np.float32), name) for name in ("w", "w2")]
+                                     .astype(np.float32), name) for name in ("w", "w2", "w0")]
     inits.append(numpy_helper.from_array(rng.standard_normal(C).astype(np.float32), "b"))
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t"], name="conv"),
-             helper.make_node("Add", ["t", "x"], ["u"], name="residual"),
-             helper.make_node("Relu", ["u"], ["v"], name="relu"),
-             helper.make_node("Conv", ["v", "w2"], ["y"], name="conv2")]
+    x = "x"
+    nodes = []
+    if first_conv:
+        nodes += [helper.make_node("Conv", ["x", "w0"], ["x0"], name="conv0"),
+                  helper.make_node("Relu", ["x0"], ["x1"], name="relu0")]
+        x = "x1"
+    nodes += [helper.make_node("Conv", [x, "w", "b"], ["t"], name="conv"),
+              helper.make_node("Add", ["t", x], ["u"], name="residual"),
+              helper.make_node("Relu", ["u"], ["v"], name="relu"),
+              helper.make_node("Conv", ["v", "w2"], ["y"], name="conv2")]
     vi = helper.make_tensor_value_info
     g = helper.make_graph(nodes, "g", [vi("x", TensorProto.FLOAT, [N, C, H, W])],
                           [vi("y", TensorProto.FLOAT, [N, C, H, W])], inits)
@@ -150,6 +157,71 @@ def test_staged_fp16_nhwc_1x1_conv_with_residual():
 
 
 # ---- int8 -----------------------------------------------------------------------------------
+
+def int8_nhwc_loop(model, seed=5):
+    """``model`` quantized to int8 (calibrated on one random input) at the loop stage with the
+    cuda graph passes (nhwc), nothing mapped."""
+    from ptxc import compiler
+    from ptxc.compiler import _quantize_int8
+    rng = np.random.default_rng(seed)
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    q, _ = _quantize_int8(model, [{"x": rng.standard_normal(shape).astype(np.float32)}],
+                          None, None, None, None)
+    saved = compiler.TARGET_STAGE_PIPELINES["cuda"]
+    compiler.TARGET_STAGE_PIPELINES["cuda"] = {}
+    try:
+        compiler.run_stages(q, "loop", target="cuda", layout="nhwc", precision="int8")
+    finally:
+        compiler.TARGET_STAGE_PIPELINES["cuda"] = saved
+    return q
+
+
+def epilogue_tiles(m):
+    """The shared tiles of epilogue loads (mma_prefetch.py) in ``m``'s mma launches: the 2-D
+    ``gpu.shared`` buffers (pipeline stages and staging regions are 3-D)."""
+    return [o.results[0].type for launch in m.walk() if launch.name == "gpu.launch"
+            and launch.attributes["schedule"] == "mma" for o in launch.walk()
+            if o.name == "gpu.shared" and o.results[0].type.rank == 2]
+
+
+def test_epilogue_tiles_only_where_they_paid_on_the_h200():
+    """mma_prefetch.worth_it: ResNet-50 b32's layer-1 conv3 (M = 100352, K = 64: one int8 K
+    tile, two f16 ones, 1568 CTAs) takes the residual tile; layer 3's (M = 6272, K = 256) and
+    split-K kernels do not."""
+    from types import SimpleNamespace as C
+    from ptxc.lower.gpu_map import mma_prefetch
+    layer1 = C(M=100352, N=256, K=64, batches=1)
+    layer3 = C(M=6272, N=1024, K=256, batches=1)
+    for bk in (64, 32):          # int8, f16
+        assert mma_prefetch.worth_it(layer1, mma.Config(128, 128, 2, 2, bk))
+        assert not mma_prefetch.worth_it(layer3, mma.Config(128, 128, 2, 2, bk))
+    assert not mma_prefetch.worth_it(layer1, mma.Config(128, 128, 2, 2, 64, splits=2))
+
+
+@pytest.fixture
+def tiles_everywhere(monkeypatch):
+    """Epilogue tiles for every qualifying load, small grids included (the tests' sizes)."""
+    from ptxc.lower.gpu_map import mma_prefetch
+    monkeypatch.setattr(mma_prefetch, "MIN_WAVES", 0)
+
+
+@pytest.mark.usefixtures("tiles_everywhere")
+def test_int8_residual_is_read_from_a_shared_tile_bit_exactly():
+    """ResNet's identity shortcut in int8 (conv -> + x -> relu -> Q, channels-last int8
+    between layers, then the next conv): the residual tile is copied into shared memory by
+    cp.async while the main loop runs (mma_prefetch.py), and both epilogues reading it equal
+    the unmapped nest bit for bit."""
+    model = residual_conv_fp32(N=2, C=64, H=8, W=8, first_conv=True)
+    rng = np.random.default_rng(4)
+    x = {"x": rng.standard_normal((2, 64, 8, 8)).astype(np.float32)}
+    want, frag, staged, m = both(lambda: int8_nhwc_loop(model), x)
+    tiles = epilogue_tiles(m)
+    assert tiles and all(t.element.name == "i8" for t in tiles), tiles
+    same_bits(staged, frag)
+    for k in want:
+        np.testing.assert_array_equal(staged[k], want[k], err_msg=k)
+
+
 
 INT8 = {
     "gemm_edges_zx_residual": lambda: int8_ir.gemm_model(130, 96, 72, zx=7, residual=True),
@@ -234,6 +306,25 @@ def test_staged_fp16_nhwc_residual_conv_on_gpu():
     from test_ptx import run_on_gpu
     want = run_main(m, x)
     close(run_on_gpu(lower_to_ptx(m), x), want, rtol=2e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("tiles_everywhere")
+def test_int8_residual_tile_on_gpu():
+    """The int8 residual read from its cp.async tile (mma_prefetch.py) at a ResNet layer-3
+    size (M = 4 x 14 x 14, 256 channels: 128 x 128 tiles, rows past M zero-filled): the
+    kernels give the interpreter's int8 answer bit for bit."""
+    model = residual_conv_fp32(N=4, C=256, H=14, W=14, first_conv=True)
+    rng = np.random.default_rng(4)
+    x = {"x": rng.standard_normal((4, 256, 14, 14)).astype(np.float32)}
+    m = int8_nhwc_loop(model)
+    want = run_main(m, x)
+    PassManager(STAGED).run(m)
+    assert epilogue_tiles(m)
+    from test_ptx import run_on_gpu
+    got = run_on_gpu(lower_to_ptx(m), x)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
 
 
 def stem_conv_fp32(N=1, H=15, W=15, K=16, seed=0):

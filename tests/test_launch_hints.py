@@ -45,3 +45,31 @@ def test_bad_min_blocks_is_an_error():
     from ptxc.errors import CompileError
     with pytest.raises((CompileError, ValueError), match="mma-min-blocks"):
         PassManager("map-to-gpu{mma-min-blocks=-1}")
+
+
+def _mma_tiles(options: str) -> list:
+    m = loop_module(matmul_model(M=8192, K=128, N=512))
+    PassManager(f"map-to-gpu{{{options}}}" if options else "map-to-gpu{wgmma=off}").run(m)
+    return [o.attributes["tile"] for o in m.walk() if o.name == "gpu.launch"]
+
+
+def test_mma_tiles_and_stages_options_choose_the_kernels_tile():
+    """``mma-tiles`` replaces the tile list the heuristic picks from, ``mma-stages`` the
+    cp.async stage count (tuning runs: bench/resnet50_int8.py --variant); the pipeline text
+    round-trips."""
+    from ptxc.rewrite.pipeline import format_pipeline, parse_pipeline
+    assert _mma_tiles("") == ["f16 128x128x32 warps 2x2 stages 3 epilogue staged"]
+    assert _mma_tiles("wgmma=off mma-tiles=[128x128x2x4,64x64x2x2] mma-stages=4") == [
+        "f16 128x128x32 warps 2x4 stages 4 epilogue staged"]
+    assert _mma_tiles("wgmma=off mma-tiles=[64x64x2x2]") == [
+        "f16 64x64x32 warps 2x2 stages 3 epilogue staged"]
+    text = "map-to-gpu{mma-stages=4 mma-tiles=[128x128x2x4,64x64x2x2]}"
+    assert format_pipeline(parse_pipeline(text)) == text
+
+
+@pytest.mark.parametrize("options", ["mma-tiles=[128x12]", "mma-tiles=[0x64x2x2]",
+                                     "mma-stages=1", "mma-stages=9"])
+def test_bad_tiles_or_stages_are_errors(options):
+    from ptxc.errors import CompileError
+    with pytest.raises((CompileError, ValueError), match=options.split("=")[0]):
+        PassManager(f"map-to-gpu{{{options}}}")

@@ -89,6 +89,15 @@ def _check_min_blocks(instance, attribute, value):
                          f"schedule's choice), is {value!r}")
 
 
+def _check_stages(instance, attribute, value):
+    if not isinstance(value, int) or not (value == 0 or 2 <= value <= 8):
+        raise ValueError(f"mma-stages must be 0 (the schedule's choice) or 2 to 8, is {value!r}")
+
+
+def _check_tiles(instance, attribute, value):
+    mma.parse_tiles(value)
+
+
 def _check_wgmma(instance, attribute, value):
     if value not in wgmma.MODES:
         raise ValueError(f"wgmma must be one of {', '.join(wgmma.MODES)}, is {value!r}")
@@ -136,6 +145,9 @@ class MapToGpu(Pass):
     the default: mma.min_blocks decides, which leaves it to ptxas: 3 or 4 for every kernel
     made ResNet-50 b32 slower on the H200, int8 1.45 and 2.17 ms against 1.43, fp16 1.92
     and 2.59 against 1.81, 2026-12-02).
+    ``mma-stages`` (0: the schedule's 3) and ``mma-tiles`` (``[BMxBNxWARPS_MxWARPS_N, ...]``,
+    largest first; empty: mma.TILES): the mma.sync schedule's cp.async stages and the CTA
+    tiles its heuristic picks from, for tuning runs (``bench/resnet50_int8.py --variant``).
 
     Before:
         "builtin.module"() ({
@@ -191,6 +203,9 @@ class MapToGpu(Pass):
     wgmma: str = attrs.field(default=wgmma.DEFAULT_MODE, validator=_check_wgmma)
     arch: str = attrs.field(default="", validator=_check_arch)
     mma_min_blocks: int = attrs.field(default=0, validator=_check_min_blocks)
+    mma_stages: int = attrs.field(default=0, validator=_check_stages)
+    mma_tiles: tuple[str, ...] = attrs.field(default=(), converter=tuple,
+                                             validator=_check_tiles)
 
     def run(self, module: Operation) -> bool:
         return map_to_gpu(module, self)

@@ -60,6 +60,16 @@ compile takes it from the cuda loop pipeline, ``ptxc.compiler.TARGET_STAGE_PIPEL
 region does not fit the shared memory. The tile string (``ptxc inspect``; the bench's profile rows) ends in
 ``epilogue staged`` when staged.
 
+**Epilogue tiles** (mma_prefetch.py): where the point program reads a tile of another tensor
+(a fused residual) and the main loop is short against many waves of CTAs, that tile is copied
+into shared memory by cp.async before the main loop, and the point program reads it there.
+
+**Tuning options**: map-to-gpu's ``mma-tiles`` replaces :data:`TILES` and ``mma-stages`` the
+stage count (:func:`parse_tiles`, :func:`choose`), for runs such as ``bench/resnet50_int8.py
+--variant``. Measured (ResNet-50 b32, H200, 2026-12-02): 8-warp tiles (128x128 in 2x4 warps,
+128x64 in 4x2) took int8 1.59 ms of kernels against 1.43 and fp16 1.99 against 1.83; four
+stages int8 1.48 and fp16 1.88: the defaults stay.
+
 **wgmma** (wgmma.py): on sm_90, a large fp16 GEMM whose operands are both K-major takes
 Hopper's warpgroup instruction instead (``schedule`` dispatches to it first; map-to-gpu's
 ``wgmma`` option: auto, on, off).
@@ -81,7 +91,7 @@ from ...dialects.loop import for_loop, if_op, parallel_loop
 from ...ir.builder import Builder
 from ...ir.core import Operation, Value
 from ...ir.types import F16, F32, I8, I32, BufferType
-from . import mma_epilogue
+from . import mma_epilogue, mma_prefetch
 from .common import add, cmp, const, delinearize, div, launch_before, mul, sub
 from .contraction import Contraction, Operand, analyze
 from .tiled import _root
@@ -182,7 +192,8 @@ def layout(c: Contraction, x: Operand) -> Layout:
 
 def shared_bytes(c: Contraction, cfg: Config) -> int:
     el = TYPES[c.kind][0].bitwidth // 8
-    return cfg.stages * (cfg.bm + cfg.bn) * cfg.bk * el + mma_epilogue.staging_bytes(cfg)
+    return (cfg.stages * (cfg.bm + cfg.bn) * cfg.bk * el + mma_epilogue.staging_bytes(cfg)
+            + mma_prefetch.tile_bytes(c, cfg))
 
 
 def valid(c: Contraction, cfg: Config) -> bool:
@@ -223,15 +234,33 @@ def padded_work(c: Contraction, cfg: Config) -> int:
     return -(-c.M // cfg.bm) * cfg.bm * -(-c.N // cfg.bn) * cfg.bn
 
 
-def choose(c: Contraction) -> Config | None:
-    """The tile of :data:`TILES` (module docstring), or None when the grid would not fit."""
+def parse_tiles(items) -> tuple:
+    """map-to-gpu's ``mma-tiles``: ``("128x128x2x4", "128x64x2x2")`` -> ((128, 128, 2, 4), (128,
+    64, 2, 2)): CTA tiles BM x BN with WARPS_M x WARPS_N warps, largest first, replacing
+    :data:`TILES` (empty: TILES). Raises ValueError on anything else."""
+    if not items:
+        return TILES
+    tiles = []
+    for item in items:
+        parts = item.strip().split("x")
+        if len(parts) != 4 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise ValueError(f"mma-tiles: {item!r} is not BMxBNxWARPS_MxWARPS_N (e.g. 128x128x2x2)")
+        tiles.append(tuple(int(p) for p in parts))
+    return tuple(tiles)
+
+
+def choose(c: Contraction, tiles: tuple = TILES, stages: int = STAGES) -> Config | None:
+    """The tile of ``tiles`` (:data:`TILES`; module docstring) with ``stages`` cp.async stages,
+    or None when the grid would not fit."""
     bk = KIND[c.kind][2]
     if c.batches > MAX_GRID_YZ:
         return None
     if c.K >= DEEP_K * bk:   # 64-deep K tiles: half the barriers (measured 0.45x -> 0.49x of
         bk *= 2              # cuBLAS at 4096^3 on an H200: bench/RESULTS.md)
-    fits = [cfg for cfg in (Config(bm, bn, wm, wn, bk) for bm, bn, wm, wn in TILES)
+    fits = [cfg for cfg in (Config(bm, bn, wm, wn, bk, stages) for bm, bn, wm, wn in tiles)
             if valid(c, cfg)]
+    if not fits:
+        return None
     full = [cfg for cfg in fits if -(-c.M // cfg.bm) * -(-c.N // cfg.bn) * c.batches >= SMS]
     if full:   # the largest tile (TILES' order) within PAD_SLACK of the least padded work
         least = min(padded_work(c, cfg) for cfg in full)
@@ -309,6 +338,7 @@ class _Builder:
         self.kt = -(-c.K // cfg.bk)                    # K tiles in all
         self.kts = -(-self.kt // cfg.splits)           # K tiles per split
         self.lay = {id(c.a): layout(c, c.a), id(c.b): layout(c, c.b)}
+        self.tiles = {}     # point-program loads read from shared tiles (mma_prefetch.py)
 
     # -- shared tiles
     def _tile_shape(self, x: Operand) -> tuple:
@@ -345,6 +375,7 @@ class _Builder:
                 root = _root(x.buffer)
                 self.flat[id(x)] = top.create("loop.view", [root], {
                     "offset": 0, "shape": (root.type.span,), "strides": (1,)}).result
+        tile_flats = mma_prefetch.flat_views(c, top, cfg)
         launch, b = launch_before(c.nest.op, grid, (cfg.threads, 1, 1), SCHEDULE)
         launch.attributes["tile"] = cfg.describe(c.kind)
         self.s = {id(x): shared(b, self._tile_shape(x), self.el) for x in (c.a, c.b)}
@@ -362,6 +393,8 @@ class _Builder:
         self.split = _rem(b, bz, cfg.splits) if cfg.splits > 1 else None
         self.batch = _index_values(b, c, c.batch, self.batch_lin) if c.batch else {}
         kt0 = mul(b, self.split, self.kts) if self.split is not None else None
+        # the epilogue's tiles (a residual) first, one group: the loop's first wait covers it
+        self.tiles = mma_prefetch.issue(self, b, tile_flats)
         for s in range(cfg.stages - 1):   # S - 1 groups, empty past the last tile, so that
             if s < self.kts:                # the loop's wait(S - 2) always means "tile kt"
                 self._copy(b, const(b, s), add(b, kt0, s) if kt0 is not None else const(b, s))
@@ -560,7 +593,11 @@ class _Builder:
         start = mapping.get(c.start, c.start)
         mapping[c.result] = b.create("arith.add", [start, total]).result
         for o in c.epilogue:
-            b.insert(o.clone(mapping))
+            tile = self.tiles.get(id(o))
+            if tile is not None:    # read from its shared tile (mma_prefetch.py)
+                mapping[o.results[0]] = mma_prefetch.read(self, b, tile, m, n)
+            else:
+                b.insert(o.clone(mapping))
 
     def _reduce_splits(self) -> None:
         """The second kernel of split-K: a nest over (batch, m, n) summing the splits' partials
@@ -614,7 +651,8 @@ def schedule(op: Operation, options=None) -> Operation | None:
     wcfg = wgmma.choose(c, options)
     if wcfg is not None:
         return wgmma.build(c, wcfg)
-    cfg = choose(c)
+    cfg = choose(c, parse_tiles(getattr(options, "mma_tiles", ())),
+                 getattr(options, "mma_stages", 0) or STAGES)
     if cfg is None:
         return None
     epilogue = getattr(options, "mma_epilogue", mma_epilogue.DEFAULT_EPILOGUE)

@@ -61,8 +61,10 @@ Decisions:
 * the point program's loads stay in the slab that uses them. Tried (2026-12-02): making a
   fused residual's loads one slab ahead, before the barriers that otherwise keep them below:
   on the H200, ResNet-50 b32's conv3 + residual kernels took 523 us against 507 in int8 and
-  566 against 564 in fp16: no gain (ptxas already overlaps them, or latency is not what
-  bounds these kernels), so it is not done.
+  566 against 564 in fp16: no gain, so it is not done. What did pay, for the short-K kernels
+  with many waves, is copying the whole residual tile into shared memory before the main
+  loop (mma_prefetch.py, chosen per kernel there); the point program then reads it from
+  shared memory, in either epilogue.
 * the guards ``m < M``, ``n < N`` stay per element, as in the fragment epilogue.
 * WN whose rows 16 lanes do not tile (48; over 64 at most 4096 accumulators per warp, e.g.
   32 x 128): element ``lane + 32 it`` of the slab, one column per lane (``mma.TILES`` has
