@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
 
 import ptxc
 from ptxc.calib import calibrate, quantize_int8
@@ -146,6 +147,63 @@ def test_int8_cpu_plan_round_trip(tmp_path):
     loaded = ptxc.load(path)
     d = _data(1)[0]
     assert loaded.run(d)["logits"].tobytes() == e.run(d)["logits"].tobytes()
+
+
+def _projection_block(B=2, C=16, M=32, HW=6, seed=0):
+    """ResNet's first block in small: conv0 -> relu -> (conv3 + downsample: two 1x1 convs of
+    the same input, the projection shortcut) -> add -> relu -> next conv."""
+    rng = np.random.default_rng(seed)
+    inits = []
+
+    def w(name, shape):
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * np.sqrt(
+            2 / np.prod(shape[1:]))).astype(np.float32), name))
+        return name
+    n = helper.make_node
+    nodes = [n("Conv", ["x", w("w0", (C, C, 1, 1))], ["t0"], name="conv0"),
+             n("Relu", ["t0"], ["x1"], name="relu0"),
+             n("Conv", ["x1", w("w1", (M, C, 1, 1))], ["c3"], name="conv3"),
+             n("Conv", ["x1", w("wd", (M, C, 1, 1))], ["ds"], name="downsample"),
+             n("Add", ["c3", "ds"], ["a"], name="add"),
+             n("Relu", ["a"], ["r"], name="relu"),
+             n("Conv", ["r", w("w2", (C, M, 1, 1))], ["y"], name="next")]
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph(nodes, "proj", [vi("x", TensorProto.FLOAT, [B, C, HW, HW])],
+                          [vi("y", TensorProto.FLOAT, [B, C, HW, HW])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_projection_shortcut_is_stored_int8_and_read_as_the_residual():
+    """add(conv3, downsample) of two int8 layers: the shortcut gets a Q/DQ pair, so after
+    graph-opt the downsample conv has an int8 result and conv3 takes the add (and relu) into
+    its epilogue, reading that int8 tensor (a DQ of it) as its residual; no float conv is
+    left; the shortcut conv stores int8 at the loop stage. The int8 engine stays close to fp32."""
+    m = _projection_block()
+    rng = np.random.default_rng(1)
+    data = [{"x": rng.standard_normal((2, 16, 6, 6)).astype(np.float32)} for _ in range(4)]
+    table = calibrate(m, data, "minmax", progress=False)
+    q = quantize_int8(m, table)
+    PassManager("graph-opt").run(q)
+    text = print_ir(q, elide_constants=True)
+    assert '"graph.conv"' not in text and '"graph.add"' not in text
+    assert text.count('"graph.qlinear_conv"') == 4
+    ds = [ln for ln in text.splitlines() if 'loc("downsample")' in ln]
+    assert ds and "xi8>" in ds[0].rsplit("->", 1)[1], ds
+    conv3 = next(ln for ln in text.splitlines() if 'loc("conv3")' in ln)
+    assert "xi8>" in conv3.rsplit("->", 1)[1] and "ptxc.fused" in conv3 and '"add"' in conv3
+    # at the loop stage the shortcut conv's requantization stays in its own nest (it stores
+    # int8), not folded into conv3's epilogue, which would leave it storing its i32 sums
+    # (tensor_passes._epilogue_of)
+    from ptxc.compiler import run_stages
+    q = quantize_int8(m, table)
+    run_stages(q, "loop", target="cpu")
+    allocs = [o.results[0].type for o in q.walk() if o.name == "loop.alloc"]
+    assert all(t.element.name == "i8" for t in allocs), allocs
+    x = data[0]
+    ref = ptxc.compile(m, target="cpu").run(x)["y"]
+    got = ptxc.compile(m, target="cpu", precision="int8", calibration=table).run(x)["y"]
+    cos = float(np.sum(ref * got) / (np.linalg.norm(ref) * np.linalg.norm(got)))
+    assert cos > 0.999, cos
 
 
 def test_compile_int8_errors():

@@ -96,7 +96,43 @@ def fusable(p: Operation, c: Operation, k: int) -> bool:
         return False
     if "reduction" in c.attr("iterator_types"):
         return reads_each_once(c.attr("indexing_maps")[k], c.attr("bounds"))
+    own = _epilogue_of(p)
+    if own is not None and (_epilogue_of(c) not in (None, own) or _bits(c) > _bits(p)):
+        return False      # p stays its own contraction's epilogue (see _epilogue_of)
     return True
+
+
+def _bits(g: Operation) -> int:
+    return g.results[0].type.element.bitwidth
+
+
+def _epilogue_of(g: Operation) -> Operation | None:
+    """The contraction (a conv, matmul, pool or reduce: named, or a generic with a reduction
+    dim) whose result generic ``g`` reads as its only reader, with ``g``'s result no wider:
+    ``g`` is that contraction's epilogue, and the loop stage makes the two one nest. Such a
+    ``g`` is not folded into a consumer that is another contraction's epilogue (there it would
+    be recomputed in that contraction's nest while its own contraction stored the wide
+    accumulator), nor into one with a wider result (a dequantization: the contraction would
+    store that). Example, a ResNet block's projection shortcut in int8::
+
+        %ds = tensor.conv(...) -> i32;   %q = generic(%ds) -> i8        (requantize)
+        %r = generic(%q) -> f32                                          (dequantize)
+        %c3 = tensor.conv(...) -> i32;   %y = generic(%c3, %r) -> i8    (+ residual, relu)
+
+    Folding ``%q`` into ``%r`` and that into ``%y`` made the shortcut conv store its i32
+    accumulator (4 bytes per element) for ``%y`` to requantize, where its epilogue stores 1
+    (``%r`` still folds into ``%y``: it is no contraction's epilogue); fp16 alike stored f32."""
+    p_ins, _ = generic_parts(g)
+    width = g.results[0].type.element.bitwidth
+    for v in p_ins:
+        q = v.op if isinstance(v, OpResult) else None
+        if q is None or len(v.uses) != 1 or not hasattr(v.type, "element"):
+            continue
+        reduces = q.name in NAMED_OPS or (
+            q.name == "tensor.generic" and "reduction" in q.attr("iterator_types"))
+        if reduces and width <= v.type.element.bitwidth:
+            return q
+    return None
 
 
 def reads_each_once(m, bounds) -> bool:
