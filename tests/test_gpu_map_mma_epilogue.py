@@ -130,14 +130,22 @@ def residual_conv_fp32(N=2, C=64, H=6, W=6, seed=0, first_conv=False):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def fp16_nhwc_loop(model):
-    """``model`` at the loop stage with the cuda graph passes (nhwc, fp16), nothing mapped."""
+def nhwc_loop(model, precision="fp16", seed=5):
+    """``model`` at the loop stage with the cuda graph passes (nhwc, ``precision``), nothing
+    mapped; int8: quantized first, calibrated on one random input."""
     from ptxc import compiler
-    m = ptxc.compiler.as_module(model)
+    if precision == "int8":
+        from ptxc.compiler import _quantize_int8
+        rng = np.random.default_rng(seed)
+        shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+        m, _ = _quantize_int8(model, [{"x": rng.standard_normal(shape).astype(np.float32)}],
+                              None, None, None, None)
+    else:
+        m = ptxc.compiler.as_module(model)
     saved = compiler.TARGET_STAGE_PIPELINES["cuda"]
     compiler.TARGET_STAGE_PIPELINES["cuda"] = {}
     try:
-        compiler.run_stages(m, "loop", target="cuda", layout="nhwc", precision="fp16")
+        compiler.run_stages(m, "loop", target="cuda", layout="nhwc", precision=precision)
     finally:
         compiler.TARGET_STAGE_PIPELINES["cuda"] = saved
     return m
@@ -149,7 +157,7 @@ def test_staged_fp16_nhwc_1x1_conv_with_residual():
     model = residual_conv_fp32()
     rng = np.random.default_rng(2)
     x = {"x": rng.standard_normal((2, 64, 6, 6)).astype(np.float32)}
-    want, frag, staged, _ = both(lambda: fp16_nhwc_loop(model), x)
+    want, frag, staged, _ = both(lambda: nhwc_loop(model, "fp16"), x)
     same_bits(staged, frag)
     close(staged, want, rtol=2e-3)   # the output is f16 inside: one f16 rounding may move
     ref = ptxc.interpret(ptxc.import_onnx(model), x)["y"]
@@ -157,24 +165,6 @@ def test_staged_fp16_nhwc_1x1_conv_with_residual():
 
 
 # ---- int8 -----------------------------------------------------------------------------------
-
-def int8_nhwc_loop(model, seed=5):
-    """``model`` quantized to int8 (calibrated on one random input) at the loop stage with the
-    cuda graph passes (nhwc), nothing mapped."""
-    from ptxc import compiler
-    from ptxc.compiler import _quantize_int8
-    rng = np.random.default_rng(seed)
-    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    q, _ = _quantize_int8(model, [{"x": rng.standard_normal(shape).astype(np.float32)}],
-                          None, None, None, None)
-    saved = compiler.TARGET_STAGE_PIPELINES["cuda"]
-    compiler.TARGET_STAGE_PIPELINES["cuda"] = {}
-    try:
-        compiler.run_stages(q, "loop", target="cuda", layout="nhwc", precision="int8")
-    finally:
-        compiler.TARGET_STAGE_PIPELINES["cuda"] = saved
-    return q
-
 
 def epilogue_tiles(m):
     """The shared tiles of epilogue loads (mma_prefetch.py) in ``m``'s mma launches: the 2-D
@@ -214,7 +204,7 @@ def test_int8_residual_is_read_from_a_shared_tile_bit_exactly():
     model = residual_conv_fp32(N=2, C=64, H=8, W=8, first_conv=True)
     rng = np.random.default_rng(4)
     x = {"x": rng.standard_normal((2, 64, 8, 8)).astype(np.float32)}
-    want, frag, staged, m = both(lambda: int8_nhwc_loop(model), x)
+    want, frag, staged, m = both(lambda: nhwc_loop(model, "int8"), x)
     tiles = epilogue_tiles(m)
     assert tiles and all(t.element.name == "i8" for t in tiles), tiles
     same_bits(staged, frag)
@@ -301,7 +291,7 @@ def test_staged_fp16_nhwc_residual_conv_on_gpu():
     model = residual_conv_fp32(N=4, C=256, H=14, W=14)
     rng = np.random.default_rng(4)
     x = {"x": rng.standard_normal((4, 256, 14, 14)).astype(np.float32)}
-    m = fp16_nhwc_loop(model)
+    m = nhwc_loop(model, "fp16")
     PassManager(STAGED).run(m)
     from test_ptx import run_on_gpu
     want = run_main(m, x)
@@ -317,7 +307,7 @@ def test_int8_residual_tile_on_gpu():
     model = residual_conv_fp32(N=4, C=128, H=14, W=14, first_conv=True)
     rng = np.random.default_rng(4)
     x = {"x": rng.standard_normal((4, 128, 14, 14)).astype(np.float32)}
-    m = int8_nhwc_loop(model)
+    m = nhwc_loop(model, "int8")
     want = run_main(m, x)
     PassManager(STAGED).run(m)
     assert epilogue_tiles(m)
@@ -347,7 +337,7 @@ def test_fp16_stem_reads_its_4_channel_input_by_8_byte_copies():
     the padded work of 8 channels); the filter (K-major, 4 halves a tap) too. The mapped
     launch matches the nest."""
     model = stem_conv_fp32()
-    m = fp16_nhwc_loop(model)
+    m = nhwc_loop(model, "fp16")
     (c,) = [c for c in (contraction.analyze(o) for o in m.walk() if o.name == "loop.parallel")
             if c is not None]
     assert c.kind == "f16" and c.K == 7 * 7 * 4

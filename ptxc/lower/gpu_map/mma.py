@@ -293,6 +293,14 @@ def _and(b: Builder, x: Value, y: Value) -> Value:
     return b.create("arith.and", [x, y]).result
 
 
+def flat_view(top: Builder, buffer: Value) -> Value:
+    """A 1-D view of ``buffer``'s root (made at ``top``, before a launch): cp.async addresses
+    are element offsets into it (:func:`_linear`)."""
+    root = _root(buffer)
+    return top.create("loop.view", [root], {
+        "offset": 0, "shape": (root.type.span,), "strides": (1,)}).result
+
+
 def _index_values(b: Builder, c: Contraction, dims: list, lin: Value) -> dict:
     """{("p", d): index value} of the logical point number ``lin`` over ``dims`` (row-major)."""
     its = delinearize(b, lin, [c.extent(d) for d in dims])
@@ -372,10 +380,8 @@ class _Builder:
         self.flat = {}
         for x in (c.a, c.b):   # cp.async addresses: element offsets into a flat view
             if self.lay[id(x)].vector:
-                root = _root(x.buffer)
-                self.flat[id(x)] = top.create("loop.view", [root], {
-                    "offset": 0, "shape": (root.type.span,), "strides": (1,)}).result
-        tile_flats = mma_prefetch.flat_views(c, top, cfg)
+                self.flat[id(x)] = flat_view(top, x.buffer)
+        tiles = [(t, flat_view(top, t.operand.buffer)) for t in mma_prefetch.chosen(c, cfg)]
         launch, b = launch_before(c.nest.op, grid, (cfg.threads, 1, 1), SCHEDULE)
         launch.attributes["tile"] = cfg.describe(c.kind)
         self.s = {id(x): shared(b, self._tile_shape(x), self.el) for x in (c.a, c.b)}
@@ -394,7 +400,7 @@ class _Builder:
         self.batch = _index_values(b, c, c.batch, self.batch_lin) if c.batch else {}
         kt0 = mul(b, self.split, self.kts) if self.split is not None else None
         # the epilogue's tiles (a residual) first, one group: the loop's first wait covers it
-        self.tiles = mma_prefetch.issue(self, b, tile_flats)
+        self.tiles = mma_prefetch.issue(self, b, tiles)
         for s in range(cfg.stages - 1):   # S - 1 groups, empty past the last tile, so that
             if s < self.kts:                # the loop's wait(S - 2) always means "tile kt"
                 self._copy(b, const(b, s), add(b, kt0, s) if kt0 is not None else const(b, s))

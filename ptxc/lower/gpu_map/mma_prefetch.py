@@ -135,14 +135,14 @@ def tile_bytes(c: Contraction, cfg) -> int:
     return sum(cfg.bm * cfg.bn * t.element_bytes for t in chosen(c, cfg))
 
 
-def issue(bld, b: Builder, flats: dict) -> dict:
-    """In the launch body ``b`` of mma ``_Builder`` ``bld``: a shared tile per tile load, its
-    cp.asyncs and one commit. ``flats``: load id -> a flat view of its root buffer (made before
-    the launch). Returns {id(load op): shared tile}."""
+def issue(bld, b: Builder, tiles: list) -> dict:
+    """In the launch body ``b`` of mma ``_Builder`` ``bld``: a shared tile per ``(TileLoad,
+    flat view of its root buffer)`` of ``tiles`` (:func:`chosen`, the views made before the
+    launch), its cp.asyncs and one commit. Returns {id(load op): shared tile}."""
     from .mma import _index_values, _linear, _min, _and
     c, cfg = bld.c, bld.cfg
-    tiles = {}
-    for t in chosen(c, cfg):
+    out = {}
+    for t, flat in tiles:
         x = t.operand
         v = CHUNK // t.element_bytes
         s = shared(b, (cfg.bm, cfg.bn), x.element)
@@ -163,21 +163,11 @@ def issue(bld, b: Builder, flats: dict) -> dict:
             syms = dict(bld.batch)
             syms.update(_index_values(b, c, c.m_dims, _min(b, m, c.M - 1)))
             syms.update(_index_values(b, c, c.n_dims, _min(b, n, c.N - v)))
-            b.create("gpu.cp_async", [flats[id(t.op)], [_linear(b, x, syms)], s, [row, col],
-                                      pred], {"bytes": CHUNK})
-        tiles[id(t.op)] = s
-    if tiles:
+            b.create("gpu.cp_async", [flat, [_linear(b, x, syms)], s, [row, col], pred],
+                     {"bytes": CHUNK})
+        out[id(t.op)] = s
+    if out:
         b.create("gpu.cp_async_commit", [])
-    return tiles
-
-
-def flat_views(c: Contraction, top: Builder, cfg) -> dict:
-    """{id(load op): a flat view of its root buffer}, made at ``top`` (before the launch)."""
-    out = {}
-    for t in chosen(c, cfg):
-        root = _root(t.operand.buffer)
-        out[id(t.op)] = top.create("loop.view", [root], {
-            "offset": 0, "shape": (root.type.span,), "strides": (1,)}).result
     return out
 
 
@@ -189,4 +179,4 @@ def read(bld, b: Builder, tile: Value, m: Value, n: Value) -> Value:
                                          sub(b, n, bld.base[id(c.b)])]]).result
 
 
-__all__ = ["TileLoad", "tile_loads", "tile_bytes", "issue", "flat_views", "read"]
+__all__ = ["TileLoad", "tile_loads", "worth_it", "chosen", "tile_bytes", "issue", "read"]

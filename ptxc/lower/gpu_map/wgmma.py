@@ -180,9 +180,7 @@ class _Builder(mma._Builder):
         self.ws = None
         self.flat = {}
         for x in (c.a, c.b):   # cp.async addresses: element offsets into a flat view
-            root = mma._root(x.buffer)
-            self.flat[id(x)] = top.create("loop.view", [root], {
-                "offset": 0, "shape": (root.type.span,), "strides": (1,)}).result
+            self.flat[id(x)] = mma.flat_view(top, x.buffer)
         launch, b = launch_before(c.nest.op, grid, (cfg.threads, 1, 1), SCHEDULE)
         launch.attributes["tile"] = cfg.describe(c.kind)
         self.s = {id(x): shared(b, self._tile_shape(x), self.el, align=SWIZZLE_PERIOD)
