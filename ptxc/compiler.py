@@ -89,8 +89,9 @@ def resolve_layout(layout: str, module: Operation, target: str,
 
 def layout_passes(layout: str, target: str) -> str:
     """The passes appended to the graph stage for a resolved ``layout`` ('' for nchw): on cuda
-    input channels are padded to multiples of 4 f16 or 8 int8 (8-byte cp.async loads; a
-    3-channel image pads to 4 or 8, not 8 or 16: half the stem convolution's padded work)."""
+    input channels are padded to multiples of 4 (a pixel's channels whole cp.async chunks: 8
+    bytes of f16, 4 of int8; a 3-channel image pads to 4, not 8 or 16: half the stem
+    convolution's padded work)."""
     if layout != "nhwc":
         return ""
     pad = "{channel-multiple=4}" if target == "cuda" else ""

@@ -206,6 +206,55 @@ def test_projection_shortcut_is_stored_int8_and_read_as_the_residual():
     assert cos > 0.999, cos
 
 
+def _conv_bn_model(B=2, C=8, M=16, HW=6, seed=0):
+    """conv -> batch norm -> relu -> conv -> batch norm: the form ONNX's model zoo keeps."""
+    rng = np.random.default_rng(seed)
+    inits = []
+
+    def c(name, arr):
+        inits.append(numpy_helper.from_array(arr.astype(np.float32), name))
+        return name
+
+    def bn(i, ch):
+        return [c(f"g{i}", rng.uniform(0.5, 2.0, ch)), c(f"b{i}", rng.standard_normal(ch)),
+                c(f"m{i}", rng.standard_normal(ch) * 0.1), c(f"v{i}", rng.uniform(0.5, 2.0, ch))]
+    n = helper.make_node
+    nodes = [n("Conv", ["x", c("w0", rng.standard_normal((M, C, 3, 3)) * 0.2)], ["t0"],
+               name="conv0", pads=[1, 1, 1, 1]),
+             n("BatchNormalization", ["t0"] + bn(0, M), ["t1"], name="bn0"),
+             n("Relu", ["t1"], ["t2"], name="relu0"),
+             n("Conv", ["t2", c("w1", rng.standard_normal((C, M, 1, 1)) * 0.3)], ["t3"],
+               name="conv1"),
+             n("BatchNormalization", ["t3"] + bn(1, C), ["y"], name="bn1")]
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph(nodes, "cbn", [vi("x", TensorProto.FLOAT, [B, C, HW, HW])],
+                          [vi("y", TensorProto.FLOAT, [B, C, HW, HW])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_batch_norms_fold_into_the_weights_before_quantization():
+    """quantize_int8 folds each batch norm into its conv's float weights and bias first (as
+    TensorRT does), so the per-channel int8 weight scales absorb the batch norm and no float
+    scale and shift is left after the int8 layer; the int8 engine stays close to fp32."""
+    m = _conv_bn_model()
+    rng = np.random.default_rng(2)
+    data = [{"x": rng.standard_normal((2, 8, 6, 6)).astype(np.float32)} for _ in range(4)]
+    table = calibrate(m, data, "minmax", progress=False)
+    report = []
+    q = quantize_int8(m, table, report=report)
+    text = print_ir(q, elide_constants=True)
+    assert "graph.batch_normalization" not in text
+    assert [(r[0], r[1]) for r in report] == [("conv0", "int8"), ("conv1", "int8")]
+    PassManager("graph-opt").run(q)
+    text = print_ir(q, elide_constants=True)
+    assert text.count('"graph.qlinear_conv"') == 2 and '"graph.mul"' not in text
+    x = data[0]
+    ref = ptxc.compile(m, target="cpu").run(x)["y"]
+    got = ptxc.compile(m, target="cpu", precision="int8", calibration=table).run(x)["y"]
+    cos = float(np.sum(ref * got) / (np.linalg.norm(ref) * np.linalg.norm(got)))
+    assert cos > 0.999, cos
+
+
 def test_compile_int8_errors():
     from ptxc.errors import CompileError
     with pytest.raises(CompileError, match="needs calibration"):

@@ -41,7 +41,8 @@ MATMULS = {
     "64x64x48": dict(M=64, K=64, N=48),
     "130x96x72_edges": dict(M=130, K=96, N=72),
     "k36_8_byte_copy": dict(M=40, K=36, N=24),            # K % 8 == 4: A by 8-byte copies
-    "odd_k_scalar_copy": dict(M=40, K=34, N=24),          # K % 4 != 0: A copied by scalars
+    "k34_4_byte_copy": dict(M=40, K=34, N=24),            # K % 4 == 2: A by 4-byte copies
+    "odd_k_scalar_copy": dict(M=40, K=33, N=24),          # K odd: A copied by scalars
     "batched_2x3": dict(M=32, K=32, N=16, batch=(2, 3)),
     "trans_b_kmajor": dict(M=48, K=64, N=32, trans_b=True),
     "no_bias": dict(M=32, K=48, N=32, bias=False, relu=False),
@@ -109,7 +110,11 @@ def test_layouts_chosen_from_the_operands():
     m = loop_module(matmul_model(M=40, K=34, N=24))
     c = next(contraction.analyze(o) for o in m.walk() if o.name == "loop.parallel" and
              contraction.analyze(o) is not None)
-    assert mma.layout(c, c.a) == mma.Layout(kmajor=True, vector=False)           # 68 bytes
+    assert mma.layout(c, c.a) == mma.Layout(kmajor=True, vector=True, chunk=4)   # 68 bytes
+    m = loop_module(matmul_model(M=40, K=33, N=24))
+    c = next(contraction.analyze(o) for o in m.walk() if o.name == "loop.parallel" and
+             contraction.analyze(o) is not None)
+    assert mma.layout(c, c.a) == mma.Layout(kmajor=True, vector=False)           # 66 bytes
 
 
 def test_fp32_contractions_are_not_taken():
@@ -144,6 +149,7 @@ def test_conv_maps_to_mma_and_matches(case):
 @needs_ptxas
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["64x64x48", "130x96x72_edges", "odd_k_scalar_copy", "k36_8_byte_copy",
+                                  "k34_4_byte_copy",
                                   "batched_2x3"])
 def test_mma_kernels_assemble_without_spills(case):
     m, _, _ = mapped(matmul_model(**MATMULS[case]))

@@ -23,7 +23,8 @@ GEMMS = {
     "64x64x48": lambda: gemm_model(64, 64, 48),
     "edges_zx_residual": lambda: gemm_model(130, 96, 72, zx=7, residual=True),
     "k40_tail_8_byte_copy": lambda: gemm_model(48, 40, 32, zx=-3),       # K % 16 == 8
-    "k36_tail_scalar_copy": lambda: gemm_model(48, 36, 32, zx=-3),       # K % 8 != 0
+    "k36_tail_4_byte_copy": lambda: gemm_model(48, 36, 32, zx=-3),       # K % 8 == 4
+    "k34_tail_scalar_copy": lambda: gemm_model(48, 34, 32, zx=-3),       # K % 4 != 0
     "matmul_integer": lambda: matmul_integer_model(64, 128, 32),
     "uint8_a_zero_point": lambda: matmul_integer_model(32, 64, 48, a_uint8=True, a_zero=131),
     "split_k": lambda: matmul_integer_model(32, 2048, 32),
@@ -85,7 +86,10 @@ def test_layouts_and_split_k():
     assert mma.layout(c2, c2.a) == mma.Layout(kmajor=True, vector=True, chunk=8)  # K = 40 B
     m3 = loop_module(gemm_model(48, 36, 32))
     (c3,) = _contractions(m3)
-    assert mma.layout(c3, c3.a) == mma.Layout(kmajor=True, vector=False)   # K = 36 bytes
+    assert mma.layout(c3, c3.a) == mma.Layout(kmajor=True, vector=True, chunk=4)  # K = 36 B
+    m4 = loop_module(gemm_model(48, 34, 32))
+    (c4,) = _contractions(m4)
+    assert mma.layout(c4, c4.a) == mma.Layout(kmajor=True, vector=False)   # K = 34 bytes
 
 
 @pytest.mark.slow
@@ -118,14 +122,14 @@ def test_int8_conv_nchw_maps_to_mma_bit_exact(case):
 @pytest.mark.parametrize("case", [k if k == "3x3_pad1" else pytest.param(k, marks=pytest.mark.slow)
                                   for k in sorted(CONVS)])
 def test_int8_conv_nhwc_maps_to_mma_with_cp_async_copies(case):
-    """Channels-last (the cuda graph passes: input channels padded to 8 int8): the implicit
-    GEMM reads NHWC activations and KRSC filters by cp.async, K = (r, s, c): 16 bytes where
-    the channels come 16 at a time, else 8 (the 3-channel stem, padded to 8)."""
+    """Channels-last (the cuda graph passes: input channels padded to a multiple of 4): the
+    implicit GEMM reads NHWC activations and KRSC filters by cp.async, K = (r, s, c): 16 bytes
+    where the channels come 16 at a time, 8 where 8, else 4 (the 3-channel stem, padded to 4)."""
     model = conv_model(**CONVS[case])
     m = loop_module(model, layout="nhwc", target="cuda")
     cs = _contractions(m)
     assert cs and all(c.kind == "s8" for c in cs)
-    chunk = 16 if CONVS[case]["C"] % 16 == 0 else 8
+    chunk = next(n for n in (16, 8, 4) if CONVS[case]["C"] % n == 0 or n == 4)
     assert all(mma.layout(c, x) == mma.Layout(kmajor=True, vector=True, chunk=chunk)
                for c in cs for x in (c.a, c.b))
     m, x, ref, want = mapped(model, layout="nhwc")
@@ -136,7 +140,7 @@ def test_int8_conv_nhwc_maps_to_mma_with_cp_async_copies(case):
 @needs_ptxas
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["edges_zx_residual", "split_k", "k40_tail_8_byte_copy",
-                                  "k36_tail_scalar_copy"])
+                                  "k36_tail_4_byte_copy", "k34_tail_scalar_copy"])
 def test_int8_mma_kernels_assemble_without_spills(case):
     m, _, _, _ = mapped(GEMMS[case]())
     p = lower_to_ptx(m, arch="sm_90")

@@ -5,6 +5,14 @@ insertion of Q/DQ pairs that the explicit path (fold-qdq) then turns into int8 l
     module = ptxc.calib.quantize_int8(model, table)      # graph module with Q/DQ pairs
     engine = ptxc.compile(module, target="cpu")           # graph-opt folds them into int8 ops
 
+Batch norms (and per-channel multiplies and adds by constants) after a conv, gemm or matmul are
+folded into its float weights and bias first (the ``fold-batchnorm`` pass, as TensorRT folds them
+before it quantizes): the per-channel weight scales then absorb the batch norm's scale, and the
+int8 layer's epilogue is one requantization, not a requantization followed by a float
+scale and shift (ONNX's ResNet-50 keeps its batch norms; in its layer-1 residual conv that
+was two more multiplies, an add and two per-channel loads per output). Folding keeps the folded
+op's result name, so the calibration table's names still apply.
+
 For every conv, gemm and matmul with constant float weights (not named in ``exclude``):
 
 * its weights become ``DQ(wq, ws[c])``: symmetric per output channel, ``ws[c] = max|w[c]| / 127``
@@ -63,8 +71,10 @@ def quantize_int8(model, table, exclude=(), report: list | None = None):
     tensor name -> amax); see the module docstring. ``report`` (a list) receives one
     ``(layer, precision, why)`` per conv/gemm/matmul."""
     from ..compiler import as_module
+    from ..rewrite.pass_manager import PassManager
     amax = table.amax if hasattr(table, "amax") else dict(table)
     module = as_module(model)
+    PassManager("fold-batchnorm").run(module)
     body = func_body(get_func(module, "main"))
     exclude = set(exclude)
     pairs: dict = {}    # activation -> its DQ

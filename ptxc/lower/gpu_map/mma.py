@@ -122,8 +122,8 @@ TYPES = {"f16": (F16, F32), "tf32": (F32, F32), "s8": (I8, I32)}
 class Layout:
     """How an operand's tile sits in shared memory and how it gets there: ``kmajor`` (rows of
     the M or N side, k contiguous) or not (rows of k); ``vector``: cp.asyncs of ``chunk``
-    bytes (16; 8 where k runs contiguous only 8 bytes at a time: a convolution whose input
-    has 4 f16 or 8 int8 channels, ResNet's 3-channel image padded)."""
+    bytes (16; 8 or 4 where k runs contiguous only 8 or 4 bytes at a time: a convolution whose
+    input has 4 channels, ResNet's 3-channel image padded: 8 bytes of f16, 4 of int8)."""
     kmajor: bool
     vector: bool
     chunk: int = 16
@@ -165,7 +165,7 @@ def _mn_dims(c: Contraction, x: Operand) -> list:
 
 
 def layout(c: Contraction, x: Operand) -> Layout:
-    """K-major cp.async when k runs contiguous in 16-byte aligned chunks; else M/N-major
+    """K-major cp.async when k runs contiguous in aligned chunks of 16 bytes (else 8, else 4); else M/N-major
     cp.async (f16: ldmatrix can transpose 16-bit elements) when the operand's innermost M/N dim
     does; else a scalar copy into K-major tiles (s8 too: ldmatrix transposes 16-bit elements
     only)."""
@@ -177,7 +177,7 @@ def layout(c: Contraction, x: Operand) -> Layout:
         return x.offset() % v == 0 and all(x.coef(s) % v == 0 for s in syms if s != except_sym)
 
     last = c.red[-1]
-    for chunk in (16, 8):   # bytes per cp.async: 16, else 8 (v // 2 elements)
+    for chunk in (16, 8, 4):   # bytes per cp.async: 16, else 8 or 4 (v // 2, v // 4 elements)
         e = v * chunk // 16
         if x.coef(inner) == 1 and last.step == 1 and last.trips % e == 0 and aligned(inner, e):
             return Layout(True, True, chunk)

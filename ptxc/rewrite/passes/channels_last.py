@@ -45,8 +45,10 @@ Channel padding (``channel-multiple=4``, what cuda compiles with): a non-grouped
 whose input channels are not a multiple of ``channel-multiple`` reads its input padded with zero
 channels (one ``graph.pad`` on the channel axis, whose interior the producer writes directly,
 see lower-tensor-to-loop) and its filter padded with zero channels at compile time, so an
-8-byte load (4 halves) never straddles two pixels; the result does not change. The multiple
-counts 2-byte elements: an int8 conv pads to twice as many (8 int8 in 8 bytes), where its
+pixel's channels are whole cp.async chunks (4 halves: 8 bytes; 4 int8: 4 bytes) and a load never
+straddles two pixels; the result does not change. The multiple counts elements of any width: an
+int8 conv pads its 3-channel image to 4 as fp16 does (not to 8: that doubled the int8 stem's K,
+7 x 7 x 8 = 392 against 196, and its padded input), where its
 filter's zero point is 0 (so ``w - zw`` is 0 on the padded channels). Off by default (``1``): fp32 CUDA-core and CPU kernels
 gain nothing from it (docs/graph-opt.md, "Layout").
 
@@ -482,11 +484,10 @@ class _Function:
 
     def pad_channels(self, x: Value, w: Value):
         """``x`` (channels last) and ``w`` (KRSC, constant) with zero channels up to a multiple
-        of ``self.multiple`` 2-byte elements (twice as many 1-byte ones: an int8 row of 16
-        bytes, as an f16 row of 8 halves); unchanged when already a multiple or ``w`` is not
-        constant."""
+        of ``self.multiple`` elements (module docstring); unchanged when already a multiple or
+        ``w`` is not constant."""
         c = x.type.shape[-1]
-        multiple = self.multiple * max(1, 2 // max(1, x.type.element.bitwidth // 8))
+        multiple = self.multiple
         cp = -(-c // multiple) * multiple
         warr = const_array(w)
         if cp == c or warr is None:
