@@ -98,6 +98,27 @@ def test_offsets_and_steps_become_induction_values():
     assert len(strided) == 1 and strided[0].attributes["block"] == (32, 1, 1)  # 4 * 6 points
 
 
+@pytest.mark.parametrize("rows,block", [(8192, 32), (132 * 256, 256), (64, 32)])
+def test_nests_whose_threads_loop_spread_over_the_sms(rows, block):
+    """y[i] = sum_j x[i, j]: each thread runs a loop over j; with fewer rows than 256 per SM
+    (mma.SMS) the blocks shrink, a warp at least, so the grid covers every SM (a global average
+    pool of 8192 channel groups ran in 32 blocks of 256); plain nests keep 256."""
+    def body(b, x, y):
+        _, p, (i,) = parallel_loop(b, (0,), (rows,))
+        f, fb, j, (acc,) = for_loop(p, 0, 3, inits=[c(p, 0.0, F32)])
+        fb.create("loop.yield", [op(fb, "arith.add", acc, load(fb, x, i, j))])
+        store(p, f.results[0], y, i)
+
+    m = module({"x": buf(rows, 3), "y": buf(rows)}, ["y"], body)
+    x = np.random.default_rng(5).standard_normal((rows, 3)).astype(np.float32)
+    got = map_and_check(m, {"x": x} if rows <= 8192 else None)
+    if got is not None:
+        np.testing.assert_allclose(got["y"], x.sum(1), rtol=1e-5, atol=1e-5)
+    (launch,) = launches(m)
+    assert launch.attributes["block"] == (block, 1, 1)
+    assert launch.attributes["grid"][0] * block >= rows
+
+
 def test_copies_rank_2_and_rank_0():
     def body(b, x, s, y, t):
         b.create("loop.copy", [x, y])

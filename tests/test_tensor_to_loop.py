@@ -245,6 +245,28 @@ def test_pad_border_is_one_nest_decoding_every_slab(shape, low, high):
     assert cells == int(np.prod(padded)) - int(np.prod(shape))   # disjoint, and all of it
 
 
+@pytest.mark.parametrize("shape,run", [((2, 3, 4, 8), 4),    # 8 f32 channels: 16-byte runs
+                                       ((2, 3, 4, 6), 2),    # 6: 8-byte runs
+                                       ((2, 3, 4, 5), 1)])   # 5: one element per point
+def test_pad_border_stores_runs_along_contiguous_channels(shape, run):
+    """An NHWC-like border (H and W padded, C kept innermost and contiguous) steps over C by
+    a 16-byte run and stores the run's elements one after another (a GPU thread writes one
+    vector); each cell still once, on every path three_ways checks."""
+    def build(b, a):
+        (x,) = a
+        src = generic(b, [x], [empty(b, shape)], shape, [identity_map(4)] * 2,
+                      ["parallel"] * 4, lambda bb, s: [bb.create("math.abs", [s[0]]).result]).result
+        return b.create("tensor.pad", [src], {"low": [0, 1, 1, 0], "high": [0, 1, 2, 0],
+                                              "value": -3.5}).result
+
+    m, got = three_ways({"x": f32(*shape)}, build)
+    nests = [o for o in m.walk() if o.name == "loop.parallel"
+             and o.parent_op is not None and o.parent_op.name == "func.func"]
+    border = nests[-1]
+    assert tuple(border.attributes.get("step", (1, 1, 1)))[-1] == run
+    assert sum(o.name == "loop.store" for o in border.walk()) == run
+
+
 # ---- generics -----------------------------------------------------------------------------------
 
 def test_generic_broadcast_and_transposed_out_with_ints_and_bools():
