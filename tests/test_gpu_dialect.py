@@ -3,12 +3,15 @@ barriers, a guarded pointwise map, 2-D/3-D ids, per-thread sequential loops, vie
 memory, nested guards) interpreted in lockstep against numpy; verifier placement and range
 rules; divergent barriers and live out-of-bounds loads refused; print/parse round trip."""
 
+import re
+
 import numpy as np
 import pytest
 
 from ptxc import interpret
 
-from ptxc.dialects.gpu import barrier, block_id, launch_op, shared, shared_bytes, thread_id
+from ptxc.dialects.gpu import (barrier, block_id, launch_op, shared, shared_bytes, thread_id,
+                              warp_barrier)
 from ptxc.dialects.loop import for_loop, if_op, parallel_loop
 from ptxc.errors import CompileError, VerifyError
 from ptxc.ir import parse_ir, print_ir, verify
@@ -244,6 +247,46 @@ def test_block_uniform_guarded_barrier_is_fine():
 
     m = module({"y": buf(32)}, ["y"], body)
     np.testing.assert_array_equal(interpret(m, {})["y"], np.ones(32, np.float32))
+
+
+def test_warp_barrier_exchanges_within_a_warp_and_lowers_to_bar_warp_sync():
+    """Each lane writes its warp-private shared slot, ``gpu.warp_barrier``, then reads its
+    neighbour's (lane ^ 1): the exchange of the mma schedule's staged epilogue. In lockstep it
+    is a no-op; on NVPTX ``bar.warp.sync -1``; a divergent one is refused, and a block that is
+    not whole warps fails the verifier."""
+    def body(b, y):
+        _, k = launch_op(b, (2, 1, 1), (64, 1, 1), "test")
+        t = thread_id(k)
+        s = shared(k, (64,), F32)
+        store(k, op(k, "arith.cast", t, to=F32), s, t)
+        warp_barrier(k)
+        other = op(k, "arith.bit_xor", t, c(k, 1))
+        store(k, load(k, s, other), y, t)
+
+    m = module({"y": buf(64)}, ["y"], body)
+    np.testing.assert_array_equal(interpret(m, {})["y"],
+                                  (np.arange(64) ^ 1).astype(np.float32))
+    from ptxc.lower.loop_to_llvm import lower_loop_to_llvm
+    text = lower_loop_to_llvm(m, "main", target="nvptx", verify=False).text
+    assert re.search(r'call void @"?llvm\.nvvm\.bar\.warp\.sync"?\(i32 -1\)', text)
+
+    def divergent(b, y):
+        _, k = launch_op(b, (1, 1, 1), (32, 1, 1), "test")
+        t = thread_id(k)
+        _, g = if_op(k, cmp(k, "lt", t, c(k, 16)))
+        warp_barrier(g)
+        store(k, c(k, 1.0, F32), y, t)
+
+    with pytest.raises(CompileError, match="divergent"):
+        interpret(module({"y": buf(32)}, ["y"], divergent), {})
+
+    def partial(b, y):
+        _, k = launch_op(b, (1, 1, 1), (48, 1, 1), "test")
+        warp_barrier(k)
+        store(k, c(k, 1.0, F32), y, thread_id(k))
+
+    with pytest.raises(VerifyError, match="whole warps"):
+        verify(module({"y": buf(48)}, ["y"], partial))
 
 
 def test_shared_bytes():

@@ -13,7 +13,7 @@ ptxc/lower/gpu_map/, writes it; loop_to_llvm emits it for NVPTX)::
 
 Placement rules (checked by the verifier): ``gpu.launch`` only at the top level of a function,
 with one region of one block without arguments ending in ``loop.yield``; ``gpu.block_id``,
-``gpu.thread_id`` and ``gpu.barrier`` only inside a launch (at any depth); ``gpu.shared`` only
+``gpu.thread_id``, ``gpu.barrier`` and ``gpu.warp_barrier`` only inside a launch (at any depth); ``gpu.shared`` only
 directly in a launch's body, with the default layout. Launch dimensions: every entry >= 1,
 ``bx * by * bz <= 1024``, ``gy, gz <= 65535``, ``gx < 2**31`` (CUDA's limits).
 
@@ -28,7 +28,7 @@ storage, and ``loop.load``/``loop.store``/``loop.view`` pick the copy by the lin
 Fresh shared memory is NaN (floats) or zero: its contents are undefined. ``loop.if`` masks lanes
 (``interp.loop_mask``).
 
-``gpu.barrier`` is a no-op in lockstep: every op already completes for all threads before the
+``gpu.barrier`` (and ``gpu.warp_barrier``) is a no-op in lockstep: every op already completes for all threads before the
 next begins, which is one legal schedule of a race-free kernel. Races are NOT detected (a kernel
 whose threads read what others write without a barrier between may pass here and fail on a
 GPU). What is checked: a barrier reached under a mask must be reached by all threads of a block
@@ -219,6 +219,25 @@ class Barrier(OpSpec):
 
 
 @register
+class WarpBarrier(Barrier):
+    """``__syncwarp()`` (``bar.warp.sync 0xffffffff``): the 32 lanes of each warp wait here
+    until all have arrived; memory a lane wrote before it (shared or global) is visible to the
+    warp's other lanes after it. For data private to a warp (the mma schedule's staged
+    epilogue: each warp's slab in its own shared region), where a block barrier would make
+    every warp wait for the slowest. The launch's blocks must be whole warps (every lane of
+    the mask present); checked in lockstep as ``gpu.barrier`` is (reached by all threads of a
+    block or none: stricter than the warp needs, and what the schedules that use it do)."""
+
+    name = "gpu.warp_barrier"
+
+    def verify(self, op):
+        super().verify(op)
+        block = enclosing_launch(op).attributes.get("block")
+        if block is not None and int(np.prod(block)) % 32:
+            fail(op, f"the launch's blocks of {list(block)} threads are not whole warps")
+
+
+@register
 class Shared(OpSpec):
     """Per-block scratch memory of the result type (default layout), undefined at the start of
     the launch; one copy per block, shared by its threads. ``align`` (bytes, a power of two of
@@ -293,6 +312,10 @@ def thread_id(b: Builder, dim: int = 0):
 
 def barrier(b: Builder) -> Operation:
     return b.create("gpu.barrier", [])
+
+
+def warp_barrier(b: Builder) -> Operation:
+    return b.create("gpu.warp_barrier", [])
 
 
 def shared(b: Builder, shape, element, align: int = 16) -> object:

@@ -249,6 +249,7 @@ STATIC_SHARED_LIMIT = 48 * 1024
 #: the extern array every kernel's dynamic shared memory starts at (``extern __shared__``)
 DYNAMIC_SHARED = "ptxc_dynamic_shared"
 _BARRIER = "llvm.nvvm.barrier.cta.sync.aligned.all"  # bar.sync 0 (LLVM 22; was barrier0)
+_WARP_BARRIER = "llvm.nvvm.bar.warp.sync"              # bar.warp.sync mask (__syncwarp)
 
 
 class _GpuKernel(_Kernel):
@@ -288,6 +289,10 @@ class _GpuKernel(_Kernel):
         elif name == "gpu.barrier":
             i32 = ir.IntType(32)
             self.b.call(self.declare(_BARRIER, ir.VoidType(), [i32]), [ir.Constant(i32, 0)])
+        elif name == "gpu.warp_barrier":
+            i32 = ir.IntType(32)
+            self.b.call(self.declare(_WARP_BARRIER, ir.VoidType(), [i32]),
+                        [ir.Constant(i32, -1)])
         elif name == "gpu.shared":
             self.shared(op)
         elif name == "loop.if":

@@ -32,7 +32,8 @@ over the same root buffers as on the CPU, in the same order, and no range argume
 runs once per thread, the launch's ``grid``/``block`` (in :class:`KernelInfo`) say how many.
 ``gpu.block_id``/``gpu.thread_id`` read the ``ctaid``/``tid`` special registers (i32,
 zero-extended to ``index``); ``gpu.barrier`` is ``llvm.nvvm.barrier.cta.sync.aligned.all(0)``
-(``bar.sync 0``; LLVM 22's name, ``barrier0`` is only auto-upgraded); a ``gpu.shared`` buffer is
+(``bar.sync 0``; LLVM 22's name, ``barrier0`` is only auto-upgraded), ``gpu.warp_barrier``
+``llvm.nvvm.bar.warp.sync(-1)``; a ``gpu.shared`` buffer is
 an ``internal addrspace(3)`` array per kernel, aligned 16; ``loop.if`` is a conditional branch;
 math calls libdevice's ``__nv_*`` functions (declared here, linked by :mod:`ptxc.ptx`). The
 module carries ``!nvvm.annotations`` ``maxntid{x,y,z}`` = the block and the ``nvvm-reflect-ftz = 0``
@@ -97,7 +98,7 @@ _INNER = {"loop.parallel", "loop.for", "loop.copy", "loop.view", "loop.load", "l
 # NVPTX: the only top-level kernel is a gpu.launch; these may appear inside one
 _GPU_TOP = {"gpu.launch", "loop.alloc", "loop.global", "loop.view", "func.return"}
 _GPU_INNER = _INNER | {"loop.if", "gpu.block_id", "gpu.thread_id", "gpu.barrier",
-                       "gpu.shared"} | llvm_tensorcore.OPS | llvm_wgmma.OPS
+                       "gpu.warp_barrier", "gpu.shared"} | llvm_tensorcore.OPS | llvm_wgmma.OPS
 _TARGETS = ("cpu", "nvptx")
 
 

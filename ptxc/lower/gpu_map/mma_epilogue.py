@@ -23,13 +23,13 @@ consecutive elements are what one vector store would take (not yet, see below)::
       m = m0 + mi*16 + l/4 + 8*(i/2)           for slab in 0 .. WM/8 (mi = slab/2, h = slab%2):
       n = n0 + ni*8 + 2*(l%4) + i%2              for ni, i in (2h, 2h+1):
       if m < M and n < N:                          sE[w][l/4][ni*8 + 2*(l%4) + i%2] = acc[mi][ni][i]
-        point(m, n, acc[mi][ni][i])              gpu.barrier
+        point(m, n, acc[mi][ni][i])              gpu.warp_barrier
                                                  for r in l/16, l/16 + 2, l/16 + 4, l/16 + 6:
                                                    for col in v (l % 16) + (0 .. v-1):
                                                      m, n = m0 + 8*slab + r, n0 + col
                                                      if m < M and n < N:
                                                        point(m, n, sE[w][r][col])
-                                                 gpu.barrier     (before the next slab's writes)
+                                                 gpu.warp_barrier (before the next slab's writes)
 
 Decisions:
 
@@ -47,15 +47,17 @@ Decisions:
   other, loop_to_llvm) and :func:`mma.valid` keeps it under the limit.
 * 8-row slabs, not 16: the 128x128x64 tile's 96 KiB of stages plus 8-row staging (105 KiB)
   still lets two CTAs share an SM (228 KiB, 1 KiB reserved per CTA); 16-row staging (18 KiB)
-  would not. The price: two barriers per slab (``WM / 8`` slabs), none after the last.
+  would not. The price: two warp barriers per slab (``WM / 8`` slabs), none after the last.
 * rows padded by 8 words (row stride = 8 or 24 mod 32 banks for every WN % 16 == 0): a half
   warp's fragment writes of an element pair, ``(g, t) -> g (WN + 8) + 2t + {0, 1}``, hit 32
   distinct banks when the pair goes as one 64-bit store (LLVM pairs them); the read-back's
   ``v`` consecutive words per lane go as vector loads (LLVM), two rows of a warp: no two lanes
   of one phase in one bank.
-* the region is warp-private but the synchronization is the block barrier (the dialect has
-  no ``__syncwarp``): every warp runs the same slabs and the barriers are outside every guard,
-  so they are block-uniform.
+* the region is warp-private, so the synchronization is the warp's (``gpu.warp_barrier``,
+  ``__syncwarp``), outside every guard: a warp goes through its slabs without waiting for the
+  block's other warps, whose epilogues (residual loads, stores) then overlap. Until session 10
+  it was the block barrier (the dialect had no warp barrier): 16 ``bar.sync`` in a 64-row
+  warp tile's epilogue, each holding every warp to the slowest.
 * split-K stores its partials through the same staged order (the workspace ``[split][batch]
   [M][N]`` is row-major in n too): coalesced workspace stores as well.
 * the point program's loads stay in the slab that uses them. Tried (2026-12-02): making a
@@ -78,7 +80,7 @@ next steps.
 
 from __future__ import annotations
 
-from ...dialects.gpu import barrier, shared
+from ...dialects.gpu import shared, warp_barrier
 from .common import add, div, mul, sub
 
 #: map-to-gpu's default (timed on the H200: MapToGpu's docstring)
@@ -132,13 +134,13 @@ def staged(bld, b, acc: list) -> None:
     for slab in range(2 * mi_n):     # rows 8 slab .. 8 slab + 7 of the warp tile
         mi, h = divmod(slab, 2)
         if slab:
-            barrier(b)     # every lane has read the previous slab
+            warp_barrier(b)    # every lane of the warp has read the previous slab
         for ni in range(ni_n):
             col = add(b, t2, ni * 8)
             for i in (2 * h, 2 * h + 1):   # fragment elements 0, 1: row g; 2, 3: row g + 8
                 v = acc[(mi * ni_n + ni) * 4 + i]
                 b.create("loop.store", [v, sE, [warp, g, add(b, col, i & 1)]])
-        barrier(b)         # the slab is written
+        warp_barrier(b)        # the warp's slab is written
         m_slab = add(b, m_warp, slab * ROWS)
         if even:
             for r in rows:
