@@ -196,3 +196,85 @@ def test_large_wgmma_kernel_assembles_without_spills(shape, tile):
     assert k.dynamic_shared == 4 * (128 + int(tile.split("x")[1])) * 64 * 2
     r = assemble(p.ptx, p.arch).kernels[k.name]
     assert r.spill_stores == 0 and r.spill_loads == 0, r
+
+
+# ---- int8: wgmma .m64nNk32.s32.s8.s8 ----------------------------------------------------------
+
+def _int8_mapped(model):
+    """(mapped with wgmma on, inputs, the graph interpreter's outputs, the unmapped nest's)."""
+    import ptxc
+    from contraction_ir import inputs_for
+    x = inputs_for(model)
+    ref = ptxc.interpret(ptxc.import_onnx(model), x)
+    m = loop_module(model)
+    want = run_main(m, x)
+    PassManager("map-to-gpu{wgmma=on arch=sm_90}").run(m)
+    return m, x, ref, want
+
+
+INT8_GEMMS = {
+    "128x256x128": dict(M=128, K=256, N=128),                       # two K tiles of 128
+    "edges_zx_residual": dict(M=130, K=96, N=72, zx=7, residual=True),   # K tile zero-filled
+    "n256_long_k": dict(M=64, K=640, N=256),                        # K tiles > stages, BN 256
+}
+
+
+@pytest.mark.parametrize("case", sorted(INT8_GEMMS))
+def test_int8_wgmma_kernel_is_bit_exact(case):
+    """An int8 GEMM (requantization epilogue fused) in the wgmma form: 128-byte rows of 128
+    int8 (the same swizzle, 16 elements per chunk), four k32 wgmmas per K tile, i32 sums: the
+    mapped kernel equals the nest and the graph interpreter bit for bit."""
+    from int8_ir import gemm_model
+    from test_gpu_map_mma_int8 import check_exact
+    m, x, ref, want = _int8_mapped(gemm_model(**INT8_GEMMS[case]))
+    (launch,) = [o for o in launches(m) if o.attributes["schedule"] == "wgmma"]
+    assert launch.attributes["tile"].startswith("s8 wgmma 128x") and \
+        launch.attributes["tile"].endswith("x128 stages 4")
+    shared = [o.results[0].type for o in launch.walk() if o.name == "gpu.shared"]
+    assert all(t.element.name == "i8" and t.shape[-1] == 128 for t in shared)
+    shapes = {o.attributes["shape"] for o in launch.walk() if o.name == "gpu.wgmma"}
+    assert shapes and all(s.endswith("k32") for s in shapes)
+    check_exact(run_main(m, x), ref, want)
+
+
+def test_when_int8_takes_the_wgmma_form(monkeypatch):
+    """s8 takes the wgmma form with ``wgmma=on`` (``auto`` keeps int8 mma.sync until it is
+    timed: AUTO_KINDS); its MIN_K counts 128-byte K tiles as f16's does: BN 128 from K = 1024
+    (8 tiles of 128 int8), where a grid of 128 x 128 tiles covers the SMs."""
+    from int8_ir import gemm_model
+    deep = _contraction(gemm_model(4096, 1024, 1024))
+    assert deep.kind == "s8" and wgmma.takes(deep)
+    assert wgmma.choose(deep, _Opts()) is None
+    assert wgmma.choose(deep, _Opts(wgmma="on")) == wgmma.Config(128, bk=128)
+    monkeypatch.setattr(wgmma, "AUTO_KINDS", ("f16", "s8"))
+    assert wgmma.choose(deep, _Opts()) == wgmma.Config(128, bk=128)
+    assert wgmma.choose(_contraction(gemm_model(4096, 512, 1024)), _Opts()) is None
+    assert wgmma.choose(_contraction(gemm_model(4096, 512, 256)), _Opts(wgmma="on")) == \
+        wgmma.Config(256, bk=128)
+
+
+@needs_ptxas
+def test_int8_wgmma_kernel_assembles():
+    from int8_ir import gemm_model
+    m, _, _, _ = _int8_mapped(gemm_model(**INT8_GEMMS["edges_zx_residual"]))
+    p = lower_to_ptx(m, arch="sm_90")
+    assert p.arch == "sm_90a"
+    assert "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8" in p.ptx
+    rep = assemble(p.ptx, p.arch)
+    for k in rep.kernels.values():
+        assert k.spill_stores == 0 and k.spill_loads == 0, k
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(INT8_GEMMS))
+def test_int8_wgmma_on_gpu_is_bit_exact(case):
+    """The int8 wgmma kernels on an sm_90 GPU give the interpreter's answer bit for bit."""
+    from int8_ir import gemm_model
+    from ptxc.driver.plan import device_arch
+    from test_ptx import run_on_gpu
+    if device_arch() not in ("sm_90", "sm_90a"):
+        pytest.skip(f"wgmma needs sm_90, the GPU is {device_arch()}")
+    m, x, ref, _ = _int8_mapped(gemm_model(**INT8_GEMMS[case]))
+    got = run_on_gpu(lower_to_ptx(m, arch="sm_90"), x)
+    for k in ref:
+        np.testing.assert_array_equal(got[k], ref[k], err_msg=k)

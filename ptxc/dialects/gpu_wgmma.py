@@ -1,7 +1,8 @@
 """The gpu dialect's warpgroup tensor-core ops (Hopper, sm_90a): ``gpu.wgmma`` and its
 ``gpu.wgmma_fence`` / ``gpu.wgmma_commit`` / ``gpu.wgmma_wait``. They are PTX's
-``wgmma.mma_async.sync.aligned.m64nNk16.f32.f16.f16``, ``wgmma.fence``, ``wgmma.commit_group``
-and ``wgmma.wait_group``; loop_to_llvm emits them as inline PTX (ptxc/lower/llvm_wgmma.py: LLVM
+``wgmma.mma_async.sync.aligned.m64nNk16.f32.f16.f16`` (or ``.m64nNk32.s32.s8.s8``: i8 tiles
+of 128-element rows, i32 accumulators in the same layout, exact sums that wrap as i32),
+``wgmma.fence``, ``wgmma.commit_group`` and ``wgmma.wait_group``; loop_to_llvm emits them as inline PTX (ptxc/lower/llvm_wgmma.py: LLVM
 22 has no intrinsic for the multiply) and the wgmma schedule (ptxc/lower/gpu_map/wgmma.py)
 builds kernels from them::
 
@@ -50,7 +51,7 @@ import numpy as np
 from ..errors import CompileError
 from ..ir.core import Operation, OpResult
 from ..ir.spec import Attr, Operand, OpSpec, Result, fail, register
-from ..ir.types import F16, F32, INDEX, BufferType
+from ..ir.types import F16, F32, I8, I32, INDEX, BufferType
 from .gpu import _state
 from .gpu_tensorcore import InLaunchMarker, _in_launch
 
@@ -59,14 +60,24 @@ WARPGROUP = 128
 ROW_BYTES, SWIZZLE_PERIOD = 128, 1024
 ROW = ROW_BYTES // 2            # f16 elements per row: the K extent of a tile
 K = 16                          # k per instruction (f16)
-_SHAPE = re.compile(r"^m64n(\d+)k16$")
+#: k per instruction -> (operand element, accumulator, PTX types): ``.m64nNk16.f32.f16.f16``
+#: and ``.m64nNk32.s32.s8.s8`` (32 bytes of k either way: the same descriptor steps)
+KINDS = {16: (F16, F32, "f32.f16.f16"), 32: (I8, I32, "s32.s8.s8")}
+_SHAPE = re.compile(r"^m64n(\d+)k(16|32)$")
+
+
+def shape_nk(shape) -> tuple[int, int] | None:
+    """(N, k) of ``"m64nNk16"`` (f16) or ``"m64nNk32"`` (s8) when wgmma has it (N in 8 ..
+    256, a multiple of 8), else None."""
+    m = _SHAPE.match(shape or "")
+    n = int(m.group(1)) if m else 0
+    return (n, int(m.group(2))) if 8 <= n <= 256 and n % 8 == 0 else None
 
 
 def shape_n(shape) -> int | None:
-    """N of ``"m64nNk16"`` when wgmma has it for f16 (8 .. 256, a multiple of 8), else None."""
-    m = _SHAPE.match(shape or "")
-    n = int(m.group(1)) if m else 0
-    return n if 8 <= n <= 256 and n % 8 == 0 else None
+    """N of a wgmma shape (:func:`shape_nk`), else None."""
+    nk = shape_nk(shape)
+    return nk[0] if nk else None
 
 
 def accumulator_layout(n: int):
@@ -80,10 +91,11 @@ def accumulator_layout(n: int):
     return rows, cols
 
 
-def swizzled_column(row, col):
+def swizzled_column(row, col, per_chunk: int = 8):
     """The stored column of logical element ``col`` of buffer row ``row`` (128-byte swizzle:
-    the 16-byte chunk ``col / 8`` xor ``row % 8``). Numpy or Python ints."""
-    return ((col // 8) ^ (row % 8)) * 8 + col % 8
+    the 16-byte chunk ``col / per_chunk`` xor ``row % 8``; ``per_chunk`` elements per 16 bytes:
+    8 f16, 16 int8). Numpy or Python ints."""
+    return ((col // per_chunk) ^ (row % 8)) * per_chunk + col % per_chunk
 
 
 def _shared_root(op, v):
@@ -145,27 +157,33 @@ class Wgmma(OpSpec):
     results = (Result("d", variadic=True),)
     attributes = {"shape": Attr("str", required=True)}
 
+    def _nk(self, op) -> tuple[int, int]:
+        nk = shape_nk(op.attributes.get("shape"))
+        if nk is None:
+            fail(op, f"shape must be m64nNk16 (f16) or m64nNk32 (s8) with N in 8 .. 256 a "
+                 f"multiple of 8, is {op.attributes.get('shape')!r}")
+        return nk
+
     def _n(self, op) -> int:
-        n = shape_n(op.attributes.get("shape"))
-        if n is None:
-            fail(op, f"shape must be m64nNk16 with N in 8 .. 256 a multiple of 8, is "
-                 f"{op.attributes.get('shape')!r}")
-        return n
+        return self._nk(op)[0]
 
     def infer_types(self, op):
-        return [F32] * (self._n(op) // 2)
+        n, k = self._nk(op)
+        return [KINDS[k][1]] * (n // 2)
 
     def verify(self, op):
         _in_launch(op)
-        n = self._n(op)
+        n, k = self._nk(op)
+        el, acc_t, _ = KINDS[k]
+        row = ROW_BYTES // (el.bitwidth // 8)
         g = self.groups(op)
         for name, rows in (("a", 64), ("b", n)):
             buf = g[name]
             t = buf.type
-            if not isinstance(t, BufferType) or t.element != F16:
-                fail(op, f"{name} must be an f16 buffer, is {t}")
-            if t.rank < 2 or t.shape[-1] != ROW:
-                fail(op, f"{name}'s rows must be {ROW} f16 (128 bytes: the 128-byte swizzle), "
+            if not isinstance(t, BufferType) or t.element != el:
+                fail(op, f"{name} must be an {el} buffer (k{k}), is {t}")
+            if t.rank < 2 or t.shape[-1] != row:
+                fail(op, f"{name}'s rows must be {row} {el} (128 bytes: the 128-byte swizzle), "
                      f"is {t}")
             if t.shape[-2] < rows:
                 fail(op, f"{name} has {t.shape[-2]} rows, the tile needs {rows}")
@@ -177,8 +195,8 @@ class Wgmma(OpSpec):
             if len(idx) != t.rank or any(v.type != INDEX for v in idx):
                 fail(op, f"{name}_indices must be {t.rank} index values")
         c = g["c"]
-        if len(c) != n // 2 or any(v.type != F32 for v in c):
-            fail(op, f"{op.attributes['shape']} takes {n // 2} f32 accumulators, has "
+        if len(c) != n // 2 or any(v.type != acc_t for v in c):
+            fail(op, f"{op.attributes['shape']} takes {n // 2} {acc_t} accumulators, has "
                  f"{len(c)} ({sorted({str(v.type) for v in c})})")
         for r in op.results:   # asynchronous: only the next wgmma or the wait may read them
             for use in r.uses:
@@ -191,7 +209,10 @@ class Wgmma(OpSpec):
                      "asynchronous: pass it through the wait)")
 
     def reference(self, op, args, interp):
-        n = self._n(op)
+        n, kinst = self._nk(op)
+        el = KINDS[kinst][0]
+        per_chunk = 16 // (el.bitwidth // 8)
+        row = ROW_BYTES // (el.bitwidth // 8)
         full, groups = _groups(op, interp)
         st = _wgmma_state(op, interp)
         if not st["fenced"]:
@@ -208,33 +229,37 @@ class Wgmma(OpSpec):
             idx = [_uniform(op, i, full, groups, f"{name}_indices").astype(np.int64)
                    for i in g[f"{name}_indices"]]
             k0 = idx[-1]
-            if ((k0 % K) != 0).any() or (k0 < 0).any() or (k0 + K > ROW).any():
-                raise CompileError(f"{op.where}: {name}'s first k must be 0, 16, 32 or 48")
+            if ((k0 % kinst) != 0).any() or (k0 < 0).any() or (k0 + kinst > row).any():
+                raise CompileError(f"{op.where}: {name}'s first k must be a multiple of "
+                                   f"{kinst} below {row}")
             lead = sum(i * s for i, s in zip(idx[:-1], t.strides[:-1])) + t.offset
-            first_row = lead // ROW                      # the buffer row of the tile's row 0
+            first_row = lead // row                      # the buffer row of the tile's row 0
             if (first_row % 8).any():
                 raise CompileError(f"{op.where}: {name}'s tile starts at a buffer row that is "
                                    "not a multiple of 8 (the swizzle's period)")
             r = np.arange(rows)[:, None]
-            kk = np.arange(K)[None, :]
+            kk = np.arange(kinst)[None, :]
             row_lin = first_row[..., None, None] + r                  # (..., rows, 1)
-            col = swizzled_column(row_lin, k0[..., None, None] + kk)  # (..., rows, 16)
+            col = swizzled_column(row_lin, k0[..., None, None] + kk, per_chunk)  # (..., rows, k)
             rows_idx = idx[-2][..., None, None] + r
             if (rows_idx >= t.shape[-2]).any() or (rows_idx < 0).any():
                 raise CompileError(f"{op.where}: {name}'s tile runs past its buffer's rows")
             pick = [np.broadcast_to(i[..., None, None], col.shape) for i in idx[:-2]]
             b_ = np.broadcast_to(blk[..., None, None], col.shape)
-            mats.append(storage[(b_, *pick, np.broadcast_to(rows_idx, col.shape), col)]
-                        .astype(np.float64))
+            got = storage[(b_, *pick, np.broadcast_to(rows_idx, col.shape), col)]
+            mats.append(got.astype(np.float64 if el == F16 else np.int64))
         A, B = mats                                       # (gx, gy, gz, groups, 64|n, 16)
         rows, cols = accumulator_layout(n)
-        C = np.zeros(full[:3] + (groups, 64, n))
+        C = np.zeros(full[:3] + (groups, 64, n), A.dtype)
         out_shape = full[:3] + (groups, WARPGROUP)
         for i, v in enumerate(g["c"]):
             v = np.broadcast_to(np.asarray(v), full).reshape(out_shape)
             C[..., rows[i], cols[i]] = v
-        # f16 products are exact in f64; the sum is rounded to f32 once (as gpu.mma's)
-        D = (np.matmul(A, np.swapaxes(B, -1, -2)) + C).astype(np.float32)
+        # f16 products are exact in f64, the sum rounded to f32 once (as gpu.mma's); s8 sums
+        # are exact in i64 and wrap to i32 (as the instruction's .s32 without .satfinite)
+        D = np.matmul(A, np.swapaxes(B, -1, -2)) + C
+        D = D.astype(np.float32) if el == F16 else (D & 0xFFFFFFFF).astype(np.uint32).view(
+            np.int32)
         return [np.ascontiguousarray(D[..., rows[i], cols[i]]).reshape(full)
                 for i in range(n // 2)]
 
@@ -295,8 +320,9 @@ class WgmmaWait(OpSpec):
         _in_launch(op)
         if not 0 <= op.attributes["pending"] <= 7:
             fail(op, f"pending must be in [0, 7], is {op.attributes['pending']}")
-        if any(v.type != F32 for v in op.operands):
-            fail(op, "values must be f32 accumulators")
+        if len({v.type for v in op.operands}) > 1 or any(
+                v.type not in (F32, I32) for v in op.operands):
+            fail(op, "values must be f32 or i32 accumulators, all of one type")
 
     def reference(self, op, args, interp):
         _groups(op, interp)

@@ -3,9 +3,11 @@ loop_to_llvm's GPU kernels. The PTX needs target ``sm_90a`` (:func:`ptxc.ptx.low
 raises the arch of a program holding a wgmma kernel from sm_90 to sm_90a).
 
 =====================  ===================================================================
-``gpu.wgmma``          inline PTX ``wgmma.mma_async.sync.aligned.m64nNk16.f32.f16.f16`` (LLVM 22
-                       has no intrinsic for it): ``N / 2`` f32 outputs tied to the
-                       accumulator inputs, the two i64 descriptors, scale-d as a predicate
+``gpu.wgmma``          inline PTX ``wgmma.mma_async.sync.aligned.m64nNk16.f32.f16.f16`` or
+                       ``.m64nNk32.s32.s8.s8`` (LLVM 22 has no intrinsic for it): ``N / 2``
+                       f32 / i32 outputs tied to the accumulator inputs, the two i64
+                       descriptors, scale-d as a predicate (the s8 form has no imm-scale
+                       or transpose operands)
 ``gpu.wgmma_fence``    inline ``wgmma.fence.sync.aligned`` (a memory clobber)
 ``gpu.wgmma_commit``   inline ``wgmma.commit_group.sync.aligned``
 ``gpu.wgmma_wait``     inline ``wgmma.wait_group.sync.aligned N`` whose outputs are its inputs
@@ -55,8 +57,9 @@ def emit(k, op: Operation) -> None:
     elif name == "gpu.wgmma_wait":
         vals = [k.vals[v] for v in op.operands]
         n = len(vals)
-        ret = ir.LiteralStructType([F32] * n)
-        cons = ",".join(["=f"] * n + [str(i) for i in range(n)]) + ",~{memory}"
+        ty, reg = _ACC[vals[0].type == I32] if vals else (F32, "=f")
+        ret = ir.LiteralStructType([ty] * n)
+        cons = ",".join([reg] * n + [str(i) for i in range(n)]) + ",~{memory}"
         res = _asm(b, ret, vals, f"wgmma.wait_group.sync.aligned {op.attributes['pending']};",
                    cons)
         for i, r in enumerate(op.results):
@@ -74,21 +77,29 @@ def descriptor(k, buf, indices) -> ir.Value:
     return b.or_(b.zext(field, I64), ir.Constant(I64, DESCRIPTOR_BITS))
 
 
+#: integer accumulators? -> (LLVM type, asm constraint)
+_ACC = {False: (F32, "=f"), True: (I32, "=r")}
+
+
 def _wgmma(k, op: Operation) -> None:
-    from ..dialects.gpu_wgmma import Wgmma, shape_n
-    n = shape_n(op.attributes["shape"])
+    from ..dialects.gpu_wgmma import KINDS, Wgmma, shape_nk
+    n, kinst = shape_nk(op.attributes["shape"])
+    types = KINDS[kinst][2]
+    integer = types.startswith("s32")
+    ty, reg = _ACC[integer]
     g = Wgmma.groups(op)
     da = descriptor(k, g["a"], g["a_indices"])
     db = descriptor(k, g["b"], g["b_indices"])
     acc = [k.vals[v] for v in g["c"]]
     regs = n // 2
     outs = ", ".join(f"${i}" for i in range(regs))
+    tail = "p" if integer else "p, 1, 1, 0, 0"
     text = ("{\n.reg .pred p;\n"
             f"setp.ne.b32 p, ${regs + 2}, 0;\n"
-            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{outs}}}, "
-            f"${regs}, ${regs + 1}, p, 1, 1, 0, 0;\n}}")
-    cons = ",".join(["=f"] * regs + ["l", "l", "r"] + [str(i) for i in range(regs)])
-    ret = ir.LiteralStructType([F32] * regs)
+            f"wgmma.mma_async.sync.aligned.m64n{n}k{kinst}.{types} {{{outs}}}, "
+            f"${regs}, ${regs + 1}, {tail};\n}}")
+    cons = ",".join([reg] * regs + ["l", "l", "r"] + [str(i) for i in range(regs)])
+    ret = ir.LiteralStructType([ty] * regs)
     res = _asm(k.b, ret, [da, db, ir.Constant(I32, 1)] + acc, text, cons)
     for i, r in enumerate(op.results):
         k.vals[r] = k.b.extract_value(res, i)

@@ -3,8 +3,14 @@ instruction (``wgmma.mma_async``, sm_90a), for the large ones where mma.sync sto
 cuBLAS (0.50x at 4096^3 on an H200; the hand-written bench/wgmma_gemm.py reached 0.71x with
 the same instruction route, and this schedule writes that kernel from the IR).
 
+**int8** (session 10): the same kernel with ``wgmma .m64nNk32.s32.s8.s8``: a K tile is one
+128-byte row of 128 int8 (the same swizzle and descriptors, 16 elements per chunk), four k32
+wgmmas per tile as f16's four k16, i32 accumulators in the same D layout, bit-exact with the
+nest in the lockstep interpreter. ``auto`` leaves int8 on mma.sync until it is timed
+(:data:`AUTO_KINDS`); ``wgmma=on`` takes it.
+
 It takes what the mma schedule takes (:func:`contraction.analyze`: a MatMul, Gemm or batched
-MatMul nest of f16 operands accumulating in f32) when both operands are **K-major** with
+MatMul nest of f16 operands accumulating in f32, or s8 in i32) when both operands are **K-major** with
 16-byte runs (:func:`mma.layout` ``Layout(kmajor=True, vector=True)``: A [M, K] and a weight
 stored [N, K], as ptxc stores a Gemm's or a transposed MatMul's), and writes::
 
@@ -62,8 +68,9 @@ exact on the H200, and so is this kernel with the same sequence: tests/gpu/test_
 
 Not yet: an M/N-major operand (wgmma's transposed-B descriptors; such GEMMs stay on mma.sync,
 e.g. a MatMul of two activations b [K, N]), TMA and a producer warpgroup with mbarriers
-(what reaches 74-92% of cuBLAS in published Hopper GEMMs), split-K, int8 (``.s8``) and tf32,
-and implicit-GEMM convolution (its gathered rows stay on mma.sync).
+(what reaches 74-92% of cuBLAS in published Hopper GEMMs), split-K, tf32,
+and convolutions whose rows are not 16-byte K-major runs (NCHW; an NHWC conv over a padded
+input is an affine K-major contraction and takes it: ResNet-50's layer-1/2 3x3 convs in fp16).
 """
 
 from __future__ import annotations
@@ -71,7 +78,7 @@ from __future__ import annotations
 import attrs
 
 from ...dialects.gpu import MAX_GRID_YZ, barrier, block_id, shared, thread_id
-from ...dialects.gpu_wgmma import SWIZZLE_PERIOD, WARPGROUP
+from ...dialects.gpu_wgmma import ROW_BYTES, SWIZZLE_PERIOD, WARPGROUP
 from ...dialects.loop import for_loop, if_op
 from ...ir.builder import Builder
 from ...ir.core import Operation, Value
@@ -80,7 +87,9 @@ from .common import add, cmp, const, div, launch_before, mul, sub
 from .contraction import Contraction
 
 SCHEDULE = "wgmma"
-BM, BK = 128, 64              # two warpgroups of 64 rows; one 128-byte swizzled row of K
+BM, BK = 128, 64              # two warpgroups of 64 rows; one 128-byte swizzled row of K (f16)
+#: contraction kind -> (k per wgmma, K-tile depth in elements: one 128-byte row)
+KINDS = {"f16": (16, 64), "s8": (32, 128)}
 STAGES = 4
 #: BN, largest first (``auto`` takes the first that gives a CTA per SM)
 BNS = (256, 128)
@@ -95,6 +104,14 @@ ARCHS = ("sm_90", "sm_90a")
 #: in the staged mma.sync kernel; 128 x 128 wgmma tiles ran 0-9% faster at K = 512 .. 2048;
 #: BN = 256 is timed faster only at K = 4096 (0.76x cuBLAS against mma.sync's 0.53x)
 MIN_K = {256: 2048, 128: 512}
+#: the same in K tiles (128 bytes of k each), for every kind (s8: BN = 128 from K = 1024)
+MIN_K_TILES = {bn: k // BK for bn, k in MIN_K.items()}
+#: the kinds ``auto`` gives the wgmma form. s8 builds (bit-exact in the lockstep interpreter,
+#: assembled by ptxas) but has not been timed on the H200 against int8 mma.sync: only ``on``
+#: takes it until a run of bench/resnet50_int8.py with ``--variant wgmma=off`` says where it
+#: wins (auto with s8 would take ResNet-50 b32's four layer-2 3x3 convs, layer-4.0's conv1
+#: and its projection shortcut)
+AUTO_KINDS = ("f16",)
 
 
 @attrs.frozen
@@ -103,9 +120,9 @@ class Config:
     The attributes the mma builder reads (warps, splits, epilogue) are fixed."""
     bn: int
     stages: int = STAGES
+    bk: int = BK              # elements: 64 f16 or 128 s8 (one 128-byte row)
 
     bm = BM
-    bk = BK
     warps_m, warps_n = 8, 1
     wm = 64                   # rows per warpgroup (the builder's "warp tile")
     splits = 1
@@ -124,14 +141,14 @@ class Config:
 
 
 def shared_bytes(cfg: Config) -> int:
-    return cfg.stages * (cfg.bm + cfg.bn) * cfg.bk * 2
+    return cfg.stages * (cfg.bm + cfg.bn) * ROW_BYTES
 
 
 def takes(c: Contraction) -> bool:
-    """Whether the wgmma form can compute ``c`` at all: f16, both operands K-major with 16-byte
-    runs (the swizzled K-major tiles; module docstring), a grid that fits."""
+    """Whether the wgmma form can compute ``c`` at all: f16 or s8, both operands K-major with
+    16-byte runs (the swizzled K-major tiles; module docstring), a grid that fits."""
     kmajor = mma.Layout(kmajor=True, vector=True)
-    return (c.kind == "f16" and c.batches <= MAX_GRID_YZ
+    return (c.kind in KINDS and c.batches <= MAX_GRID_YZ
             and all(mma.layout(c, x) == kmajor for x in (c.a, c.b)))
 
 
@@ -139,7 +156,7 @@ def choose(c: Contraction, options=None) -> Config | None:
     """The wgmma tile for ``c`` under map-to-gpu's ``options`` (``wgmma``, ``arch``), or None
     when the mma.sync form should take it (module docstring, "When")."""
     mode = getattr(options, "wgmma", DEFAULT_MODE)
-    if mode == "off" or not takes(c):
+    if mode == "off" or not takes(c) or (mode == "auto" and c.kind not in AUTO_KINDS):
         return None
     arch = getattr(options, "arch", "") or None
     if arch is None:
@@ -147,16 +164,17 @@ def choose(c: Contraction, options=None) -> Config | None:
         arch = default_arch()
     if arch not in ARCHS:
         return None
+    bk = KINDS[c.kind][1]
     for bn in BNS:
-        if mode != "on" and c.K < MIN_K.get(bn, 0):
+        if mode != "on" and c.K < MIN_K_TILES.get(bn, 0) * bk:
             continue
         if -(-c.M // BM) * -(-c.N // bn) * c.batches >= mma.SMS:
-            cfg = Config(bn)
+            cfg = Config(bn, bk=bk)
             break
     else:
         if mode != "on":
             return None
-        cfg = Config(next(bn for bn in (64, 128, 256) if bn >= c.N or bn == 256))
+        cfg = Config(next(bn for bn in (64, 128, 256) if bn >= c.N or bn == 256), bk=bk)
     return cfg if shared_bytes(cfg) <= mma.SHARED_LIMIT else None
 
 
@@ -168,10 +186,11 @@ class _Builder(mma._Builder):
         """The stored column of element ``col`` of tile row ``row``: the 128-byte swizzle the
         descriptors name (gpu_wgmma.swizzled_column). A stage is a multiple of 8 rows of 128
         bytes, so the tile row and the buffer row agree mod 8."""
-        chunk = div(b, col, 8)
+        v = self.vec                       # elements per 16-byte chunk: 8 f16, 16 s8
+        chunk = div(b, col, v)
         low = b.create("arith.bit_and", [row, const(b, 7)]).result
         sw = b.create("arith.bit_xor", [chunk, low]).result
-        return add(b, mul(b, sw, 8), sub(b, col, mul(b, chunk, 8)))
+        return add(b, mul(b, sw, v), sub(b, col, mul(b, chunk, v)))
 
     def build(self) -> Operation:
         c, cfg = self.c, self.cfg
@@ -199,7 +218,8 @@ class _Builder(mma._Builder):
             if s < self.kts:                # the loop's wait(S - 2) always means "tile kt"
                 self._copy(b, const(b, s), const(b, s))
             b.create("gpu.cp_async_commit", [])
-        zero = b.create("arith.constant", [], {"value": 0.0, "type": self.acc_t}).result
+        zero = b.create("arith.constant", [], {"value": mma._zero(self.acc_t),
+                                               "type": self.acc_t}).result
         loop, fb, kt, carried = for_loop(b, 0, self.kts, 1, inits=[zero] * (cfg.bn // 2))
         fb.create("gpu.cp_async_wait", [], {"pending": cfg.stages - 2})
         barrier(fb)
@@ -207,11 +227,12 @@ class _Builder(mma._Builder):
         zero_i = const(fb, 0)
         fb.create("gpu.wgmma_fence", [])
         acc = list(carried)
-        for kk in range(cfg.bk // 16):
-            k0 = const(fb, 16 * kk)
+        kinst = KINDS[c.kind][0]
+        for kk in range(cfg.bk // kinst):
+            k0 = const(fb, kinst * kk)
             acc = list(fb.create("gpu.wgmma", [
                 self.s[id(c.a)], [stage, self.wm0, k0], self.s[id(c.b)], [stage, zero_i, k0],
-                acc], {"shape": f"m64n{cfg.bn}k16"}).results)
+                acc], {"shape": f"m64n{cfg.bn}k{kinst}"}).results)
         fb.create("gpu.wgmma_commit", [])
         acc = list(fb.create("gpu.wgmma_wait", [acc], {"pending": 0}).results)
         nxt = add(fb, kt, cfg.stages - 1)
