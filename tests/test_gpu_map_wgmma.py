@@ -237,7 +237,7 @@ def test_int8_wgmma_kernel_is_bit_exact(case):
     check_exact(run_main(m, x), ref, want)
 
 
-def test_when_int8_takes_the_wgmma_form(monkeypatch):
+def test_when_int8_takes_the_wgmma_form():
     """s8 takes the wgmma form with ``wgmma=on`` (``auto`` keeps int8 mma.sync until it is
     timed: AUTO_KINDS); its MIN_K counts 128-byte K tiles as f16's does: BN 128 from K = 1024
     (8 tiles of 128 int8), where a grid of 128 x 128 tiles covers the SMs."""
@@ -246,9 +246,17 @@ def test_when_int8_takes_the_wgmma_form(monkeypatch):
     assert deep.kind == "s8" and wgmma.takes(deep)
     assert wgmma.choose(deep, _Opts()) is None
     assert wgmma.choose(deep, _Opts(wgmma="on")) == wgmma.Config(128, bk=128)
-    monkeypatch.setattr(wgmma, "AUTO_KINDS", ("f16", "s8"))
-    assert wgmma.choose(deep, _Opts()) == wgmma.Config(128, bk=128)
-    assert wgmma.choose(_contraction(gemm_model(4096, 512, 1024)), _Opts()) is None
+    both = _Opts()
+    both.wgmma_kinds = ("f16", "s8")         # map-to-gpu{wgmma-kinds=[f16,s8]}
+    assert wgmma.choose(deep, both) == wgmma.Config(128, bk=128)
+    assert wgmma.choose(_contraction(gemm_model(4096, 512, 1024)), both) is None
+    from ptxc.lower.gpu_map import MapToGpu
+    assert MapToGpu(wgmma_kinds=["f16", "s8"]).wgmma_kinds == ("f16", "s8")
+    with pytest.raises(ValueError, match="wgmma-kinds"):
+        MapToGpu(wgmma_kinds=["tf32"])
+    m = loop_module(gemm_model(4096, 1024, 1024))
+    PassManager("map-to-gpu{wgmma-kinds=[f16,s8] arch=sm_90}").run(m)
+    assert [o.attributes["tile"] for o in launches(m)] == ["s8 wgmma 128x128x128 stages 4"]
     assert wgmma.choose(_contraction(gemm_model(4096, 512, 256)), _Opts(wgmma="on")) == \
         wgmma.Config(256, bk=128)
 

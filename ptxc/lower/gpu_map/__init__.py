@@ -103,6 +103,12 @@ def _check_wgmma(instance, attribute, value):
         raise ValueError(f"wgmma must be one of {', '.join(wgmma.MODES)}, is {value!r}")
 
 
+def _check_wgmma_kinds(instance, attribute, value):
+    bad = [k for k in value if k not in wgmma.KINDS]
+    if bad:
+        raise ValueError(f"wgmma-kinds: {bad} are not among {', '.join(wgmma.KINDS)}")
+
+
 def _check_arch(instance, attribute, value):
     if value:
         from ...ptx.target import check_arch
@@ -138,8 +144,10 @@ class MapToGpu(Pass):
     ``wgmma``: ``auto`` (default), ``on`` or ``off``: whether large fp16 GEMMs with K-major
     operands take Hopper's warpgroup MMA (gpu_map/wgmma.py; on the H200 its hand-written
     prototype reached 0.71x of cuBLAS at 4096^3 where mma.sync reached 0.50x); ``on`` takes
-    every GEMM it can, whatever its size. Never on an arch without wgmma: ``arch`` (e.g.
-    ``sm_90``; default ``ptxc.ptx.default_arch()``, what lower_to_ptx builds for) is the arch
+    every GEMM it can, whatever its size. ``wgmma-kinds`` (``[f16, s8]``; empty, the default:
+    wgmma.AUTO_KINDS, f16 only) names the element kinds ``auto`` considers: int8 builds but is
+    not yet timed, ``bench/resnet50_int8.py --variant "wgmma-kinds=[f16,s8]"`` times it.
+    Never on an arch without wgmma: ``arch`` (e.g. ``sm_90``; default ``ptxc.ptx.default_arch()``, what lower_to_ptx builds for) is the arch
     the kernels are for; a compile passes its own.
     ``mma-min-blocks``: blocks per SM an mma kernel's registers must allow (``minctasm``; 0,
     the default: mma.min_blocks decides, which leaves it to ptxas: 3 or 4 for every kernel
@@ -201,6 +209,8 @@ class MapToGpu(Pass):
     tiled_min_reduction: int = attrs.field(default=tiled.DEFAULT_MIN_REDUCTION,
                                            validator=_check_min_reduction)
     wgmma: str = attrs.field(default=wgmma.DEFAULT_MODE, validator=_check_wgmma)
+    wgmma_kinds: tuple[str, ...] = attrs.field(default=(), converter=tuple,
+                                               validator=_check_wgmma_kinds)
     arch: str = attrs.field(default="", validator=_check_arch)
     mma_min_blocks: int = attrs.field(default=0, validator=_check_min_blocks)
     mma_stages: int = attrs.field(default=0, validator=_check_stages)

@@ -108,9 +108,9 @@ MIN_K = {256: 2048, 128: 512}
 MIN_K_TILES = {bn: k // BK for bn, k in MIN_K.items()}
 #: the kinds ``auto`` gives the wgmma form. s8 builds (bit-exact in the lockstep interpreter,
 #: assembled by ptxas) but has not been timed on the H200 against int8 mma.sync: only ``on``
-#: takes it until a run of bench/resnet50_int8.py with ``--variant wgmma=off`` says where it
-#: wins (auto with s8 would take ResNet-50 b32's four layer-2 3x3 convs, layer-4.0's conv1
-#: and its projection shortcut)
+#: takes it until a run of bench/resnet50_int8.py with ``--variant "wgmma-kinds=[f16,s8]"``
+#: (map-to-gpu's option replacing this tuple) says where it wins (auto with s8 would take
+#: ResNet-50 b32's four layer-2 3x3 convs, layer-4.0's conv1 and its projection shortcut)
 AUTO_KINDS = ("f16",)
 
 
@@ -156,7 +156,8 @@ def choose(c: Contraction, options=None) -> Config | None:
     """The wgmma tile for ``c`` under map-to-gpu's ``options`` (``wgmma``, ``arch``), or None
     when the mma.sync form should take it (module docstring, "When")."""
     mode = getattr(options, "wgmma", DEFAULT_MODE)
-    if mode == "off" or not takes(c) or (mode == "auto" and c.kind not in AUTO_KINDS):
+    kinds = tuple(getattr(options, "wgmma_kinds", ()) or ()) or AUTO_KINDS
+    if mode == "off" or not takes(c) or (mode == "auto" and c.kind not in kinds):
         return None
     arch = getattr(options, "arch", "") or None
     if arch is None:
