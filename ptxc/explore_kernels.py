@@ -25,8 +25,8 @@ from collections import Counter
 from .ir.core import Operation
 
 _SHOWN = ("gpu.cp_async", "gpu.cp_async_commit", "gpu.cp_async_wait", "gpu.barrier",
-          "gpu.warp_barrier", "gpu.ldmatrix", "gpu.mma", "gpu.wgmma_fence", "gpu.wgmma", "gpu.wgmma_commit",
-          "gpu.wgmma_wait", "loop.load", "loop.store")
+          "gpu.warp_barrier", "gpu.ldmatrix", "gpu.mma", "gpu.wgmma_fence", "gpu.wgmma",
+          "gpu.wgmma_commit", "gpu.wgmma_wait", "loop.load", "loop.store")
 
 
 def _label(op: Operation) -> str:

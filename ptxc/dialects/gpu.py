@@ -13,9 +13,10 @@ ptxc/lower/gpu_map/, writes it; loop_to_llvm emits it for NVPTX)::
 
 Placement rules (checked by the verifier): ``gpu.launch`` only at the top level of a function,
 with one region of one block without arguments ending in ``loop.yield``; ``gpu.block_id``,
-``gpu.thread_id``, ``gpu.barrier`` and ``gpu.warp_barrier`` only inside a launch (at any depth); ``gpu.shared`` only
-directly in a launch's body, with the default layout. Launch dimensions: every entry >= 1,
-``bx * by * bz <= 1024``, ``gy, gz <= 65535``, ``gx < 2**31`` (CUDA's limits).
+``gpu.thread_id``, ``gpu.barrier`` and ``gpu.warp_barrier`` only inside a launch (at any
+depth); ``gpu.shared`` only directly in a launch's body, with the default layout. Launch
+dimensions: every entry >= 1, ``bx * by * bz <= 1024``, ``gy, gz <= 65535``, ``gx < 2**31``
+(CUDA's limits).
 
 Reference semantics (the interpreter; so check-numerics and CPU tests work): a launch runs its
 body ONCE, in lockstep, vectorized over every thread of every block. Like ``loop.parallel`` it
@@ -28,11 +29,11 @@ storage, and ``loop.load``/``loop.store``/``loop.view`` pick the copy by the lin
 Fresh shared memory is NaN (floats) or zero: its contents are undefined. ``loop.if`` masks lanes
 (``interp.loop_mask``).
 
-``gpu.barrier`` (and ``gpu.warp_barrier``) is a no-op in lockstep: every op already completes for all threads before the
-next begins, which is one legal schedule of a race-free kernel. Races are NOT detected (a kernel
-whose threads read what others write without a barrier between may pass here and fail on a
-GPU). What is checked: a barrier reached under a mask must be reached by all threads of a block
-or by none (``__syncthreads`` in divergent code is undefined behaviour).
+``gpu.barrier`` (and ``gpu.warp_barrier``) is a no-op in lockstep: every op already completes
+for all threads before the next begins, which is one legal schedule of a race-free kernel. Races
+are NOT detected (a kernel whose threads read what others write without a barrier between may
+pass here and fail on a GPU). What is checked: a barrier reached under a mask must be reached by
+all threads of a block or by none (``__syncthreads`` in divergent code is undefined behaviour).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 ``gpu.wgmma_fence`` / ``gpu.wgmma_commit`` / ``gpu.wgmma_wait``. They are PTX's
 ``wgmma.mma_async.sync.aligned.m64nNk16.f32.f16.f16`` (or ``.m64nNk32.s32.s8.s8``: i8 tiles
 of 128-element rows, i32 accumulators in the same layout, exact sums that wrap as i32),
-``wgmma.fence``, ``wgmma.commit_group`` and ``wgmma.wait_group``; loop_to_llvm emits them as inline PTX (ptxc/lower/llvm_wgmma.py: LLVM
-22 has no intrinsic for the multiply) and the wgmma schedule (ptxc/lower/gpu_map/wgmma.py)
-builds kernels from them::
+``wgmma.fence``, ``wgmma.commit_group`` and ``wgmma.wait_group``; loop_to_llvm emits them as
+inline PTX (ptxc/lower/llvm_wgmma.py: LLVM 22 has no intrinsic for the multiply) and the wgmma
+schedule (ptxc/lower/gpu_map/wgmma.py) builds kernels from them::
 
     %sA = "gpu.shared"() {align = 1024} : () -> buffer<4x128x64xf16>
     "gpu.wgmma_fence"() : () -> ()

@@ -147,7 +147,8 @@ class MapToGpu(Pass):
     every GEMM it can, whatever its size. ``wgmma-kinds`` (``[f16, s8]``; empty, the default:
     wgmma.AUTO_KINDS, f16 only) names the element kinds ``auto`` considers: int8 builds but is
     not yet timed, ``bench/resnet50_int8.py --variant "wgmma-kinds=[f16,s8]"`` times it.
-    Never on an arch without wgmma: ``arch`` (e.g. ``sm_90``; default ``ptxc.ptx.default_arch()``, what lower_to_ptx builds for) is the arch
+    Never on an arch without wgmma: ``arch`` (e.g. ``sm_90``; default
+    ``ptxc.ptx.default_arch()``, what lower_to_ptx builds for) is the arch
     the kernels are for; a compile passes its own.
     ``mma-min-blocks``: blocks per SM an mma kernel's registers must allow (``minctasm``; 0,
     the default: mma.min_blocks decides, which leaves it to ptxas: 3 or 4 for every kernel

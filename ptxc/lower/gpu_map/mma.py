@@ -166,10 +166,10 @@ def _mn_dims(c: Contraction, x: Operand) -> list:
 
 
 def layout(c: Contraction, x: Operand) -> Layout:
-    """K-major cp.async when k runs contiguous in aligned chunks of 16 bytes (else 8, else 4); else M/N-major
-    cp.async (f16: ldmatrix can transpose 16-bit elements) when the operand's innermost M/N dim
-    does; else a scalar copy into K-major tiles (s8 too: ldmatrix transposes 16-bit elements
-    only)."""
+    """K-major cp.async when k runs contiguous in aligned chunks of 16 bytes (else 8, else 4);
+    else M/N-major cp.async (f16: ldmatrix can transpose 16-bit elements) when the operand's
+    innermost M/N dim does; else a scalar copy into K-major tiles (s8 too: ldmatrix transposes
+    16-bit elements only)."""
     v = KIND[c.kind][3]
     inner = ("r", len(c.red) - 1)
     syms = [("p", d) for d in _mn_dims(c, x) + c.batch] + [("r", j) for j in range(len(c.red))]

@@ -10,9 +10,9 @@ nest in the lockstep interpreter. ``auto`` leaves int8 on mma.sync until it is t
 (:data:`AUTO_KINDS`); ``wgmma=on`` takes it.
 
 It takes what the mma schedule takes (:func:`contraction.analyze`: a MatMul, Gemm or batched
-MatMul nest of f16 operands accumulating in f32, or s8 in i32) when both operands are **K-major** with
-16-byte runs (:func:`mma.layout` ``Layout(kmajor=True, vector=True)``: A [M, K] and a weight
-stored [N, K], as ptxc stores a Gemm's or a transposed MatMul's), and writes::
+MatMul nest of f16 operands accumulating in f32, or s8 in i32) when both operands are
+**K-major** with 16-byte runs (:func:`mma.layout` ``Layout(kmajor=True, vector=True)``: A [M, K]
+and a weight stored [N, K], as ptxc stores a Gemm's or a transposed MatMul's), and writes::
 
     grid = (N / BN, M / 128, batches)   block = 256 threads: two warpgroups of 64 rows
     sA = gpu.shared [S][128][64] f16 {align = 1024}     both in the 128-byte swizzle: row r's
@@ -156,7 +156,7 @@ def choose(c: Contraction, options=None) -> Config | None:
     """The wgmma tile for ``c`` under map-to-gpu's ``options`` (``wgmma``, ``arch``), or None
     when the mma.sync form should take it (module docstring, "When")."""
     mode = getattr(options, "wgmma", DEFAULT_MODE)
-    kinds = tuple(getattr(options, "wgmma_kinds", ()) or ()) or AUTO_KINDS
+    kinds = getattr(options, "wgmma_kinds", ()) or AUTO_KINDS
     if mode == "off" or not takes(c) or (mode == "auto" and c.kind not in kinds):
         return None
     arch = getattr(options, "arch", "") or None
