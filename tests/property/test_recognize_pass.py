@@ -35,7 +35,14 @@ def test_recognize_alone_keeps_random_graphs_equal_and_quiet(case):
     before = ptxc.print_ir(module)
     ex = run(module)
     assert ex.not_fired() == []
-    assert ptxc.print_ir(module) == before  # nothing decomposed to recognize
+    after = ptxc.print_ir(module)
+    r = case.recipe
+    if any(r[i:i + 3] == ("matmul", "softmax", "matmul") for i in range(len(r) - 2)):
+        # an exported attention chain, MatMul -> Softmax -> MatMul (issue 11): the strategy can
+        # draw one, and recognize-patterns fuses it (numerics checked by check_numerics)
+        assert '"graph.attention"' in after
+    else:
+        assert after == before  # nothing decomposed to recognize
 
 
 # ---- chains of decomposed blocks ----------------------------------------------------------------
