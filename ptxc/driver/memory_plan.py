@@ -493,6 +493,16 @@ def buffers_from_slots(slots) -> list[Buffer]:
     return out
 
 
+def aligned_view(raw: np.ndarray, n: int, alignment: int) -> np.ndarray:
+    """The first ``n`` bytes of ``raw`` that start at a multiple of ``alignment``; ``raw`` holds
+    ``n + alignment`` bytes or more. numpy gives no alignment beyond 16 bytes, so the arena is
+    over-allocated and carved here (a pure function, so a test can hand it any misalignment)."""
+    shift = (-raw.ctypes.data) % alignment
+    if shift + n > raw.nbytes:
+        raise ValueError(f"aligned_view: {raw.nbytes} bytes cannot hold {n} aligned to {alignment}")
+    return raw[shift:shift + n]
+
+
 class ArenaAllocator:
     """A :class:`~ptxc.driver.cpu.BufferAllocator` over one planned arena: the scratch slots are
     planned on the first run (``plan``; replanned only if the slots change), one numpy arena of
@@ -523,9 +533,7 @@ class ArenaAllocator:
 
     def _new_arena(self) -> np.ndarray:
         n = self.plan.arena_bytes
-        base = np.empty(n + self.alignment, np.uint8)
-        shift = (-base.ctypes.data) % self.alignment
-        return base[shift:shift + n]
+        return aligned_view(np.empty(n + self.alignment, np.uint8), n, self.alignment)
 
     def _check_given(self, wanted: list) -> None:
         have = [(b.name, b.size, b.first, b.last) for b in self.plan.buffers]

@@ -238,9 +238,9 @@ CATALOGUE: tuple[Mutation, ...] = (
 
     # ---- the runtime ------------------------------------------------------------------------------
     M("arena-base-misaligned", "driver/memory_plan.py",
-      "shift = (-base.ctypes.data) % self.alignment",
-      "shift = base.ctypes.data % self.alignment",
-      (PLAN + "::test_arena_allocator_in_the_cpu_runtime",),
+      "shift = (-raw.ctypes.data) % alignment",
+      "shift = raw.ctypes.data % alignment",
+      (PLAN + "::test_arena_base_is_aligned_whatever_numpy_returns",),
       "the arena's base is shifted the wrong way: buffers lose their alignment"),
     M("cpu-threads-drop-last-chunk", "driver/cpu.py",
       "bounds = [n * c // chunks for c in range(chunks + 1)]",
