@@ -127,19 +127,19 @@ def _layer_output(v, int8_layers) -> bool:
 
 
 def _quantize_residual_branches(body, amax, int8_layers) -> None:
-    """``add(a, b)`` of two int8 layers' float outputs (a ResNet block's last conv and its
-    projection shortcut): the later-defined one gets a Q/DQ pair, as TensorRT stores the
-    shortcut in int8. Its layer then ends in the Q (fold-qdq: an int8 result, a quarter of the
-    bytes) and the other layer takes the add into its epilogue with an int8 residual
-    (fuse-epilogues, fold-qdq's output units). Without it the shortcut conv wrote f32 and the
-    block's last conv read it: in ResNet-50 b32 on the H200, layer 1's shortcut conv took 32 us
-    and the conv reading its output 50 us, against 43 us for the conv of the next block, whose
-    residual is int8. An add whose operand is already dequantized (an identity shortcut: the
+    """``add(a, b)`` (or a two-input ``sum``) of two int8 layers' float outputs (a ResNet
+    block's last conv and its projection shortcut): the later-defined one gets a Q/DQ pair, as
+    TensorRT stores the shortcut in int8. Its layer then ends in the Q (fold-qdq: an int8
+    result, a quarter of the bytes) and the other layer takes the add into its epilogue with an
+    int8 residual (fuse-epilogues, fold-qdq's output units). Without it the shortcut conv wrote
+    f32 and the block's last conv read it: in ResNet-50 b32 on the H200, layer 1's shortcut
+    conv took 32 us and the conv reading its output 50 us, against 43 us for the conv of the
+    next block, whose residual is int8. An add whose operand is already dequantized (an identity shortcut: the
     previous block's output, paired as a conv input) has nothing to do."""
     order = {op: i for i, op in enumerate(body.ops)}
     for op in list(body.ops):
-        if op.name != "graph.add" or len(op.operands) != 2:
-            continue
+        if op.name not in ("graph.add", "graph.sum") or len(op.operands) != 2:
+            continue   # graph.sum: ONNX's Sum of two (ONNX's model zoo ResNet-50) is an add
         a, b = op.operands
         if a.type != b.type or a.type.element != F32:
             continue
