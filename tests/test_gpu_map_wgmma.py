@@ -148,6 +148,55 @@ def test_map_to_gpu_options():
     assert [o.attributes["schedule"] for o in launches(m)] == ["mma"]
 
 
+#: 64-row tiles (one warpgroup, 128 threads): what wgmma-tiles adds for GEMMs of a few
+#: thousand rows (ResNet-50 b32's layer-3/4 3x3 convs)
+ROWS64 = {"edges_130x96x72": "64x64", "long_k_no_bias": "64x64", "batched_2": "64x64",
+          "128x128x128": "64x128"}
+
+
+@pytest.mark.parametrize("case", sorted(ROWS64))
+def test_64_row_wgmma_kernel_matches_the_nest(case):
+    """One warpgroup per CTA: the copies spread over 128 threads, A's stage holds 64 rows, the
+    accumulators' rows start at the warpgroup's 0; the lockstep interpreter equals the nest."""
+    tile = ROWS64[case]
+    m, x, want = mapped(matmul_model(trans_b=True, **MATMULS[case]),
+                        f"{{wgmma=on wgmma-tiles=[{tile}]}}")
+    (launch,) = [o for o in launches(m) if o.attributes["schedule"] == "wgmma"]
+    assert launch.attributes["tile"] == f"f16 wgmma {tile}x64 stages 4"
+    assert launch.attributes["block"] == (128, 1, 1)
+    shared = [o.results[0].type.shape for o in launch.walk() if o.name == "gpu.shared"]
+    assert shared == [(4, 64, 64), (4, int(tile.split("x")[1]), 64)]
+    check_close(run_main(m, x), want)
+
+
+def test_wgmma_tiles_option():
+    """``wgmma-tiles`` replaces the tiles ``auto`` tries: with 64-row tiles after the default
+    pair, a 6272 x 2304 x 256 GEMM (ResNet-50 b32's layer-3 3x3 conv), whose 128-row grids
+    (98 CTAs at BN 128) leave SMs idle, takes 64 x 128 (196 CTAs); the default keeps it on
+    mma.sync. Bad tiles are refused when the pass is built."""
+    from ptxc.lower.gpu_map import MapToGpu
+    layer3 = _contraction(matmul_model(M=6272, K=2304, N=256, trans_b=True))
+    assert wgmma.choose(layer3, _Opts()) is None
+    opts = _Opts()
+    opts.wgmma_tiles = ("128x256", "128x128", "64x128", "64x64")
+    assert wgmma.choose(layer3, opts) == wgmma.Config(128, bm=64)
+    # layer 4 (M = 1568, N = 512): 25 x 4 CTAs at 64 x 128, 25 x 8 at 64 x 64
+    layer4 = _contraction(matmul_model(M=1568, K=4608, N=512, trans_b=True))
+    assert wgmma.choose(layer4, opts) == wgmma.Config(64, bm=64)
+    # K too short for any BN (MIN_K; BN 64 takes BN 128's): mma.sync
+    assert wgmma.choose(_contraction(matmul_model(M=6272, K=256, N=256, trans_b=True)),
+                        opts) is None
+    assert wgmma.parse_tiles(()) == wgmma.TILES
+    assert wgmma.parse_tiles(["64x256", " 128x64"]) == ((64, 256), (128, 64))
+    assert MapToGpu(wgmma_tiles=["64x128"]).wgmma_tiles == ("64x128",)
+    for bad in (["32x128"], ["64x96"], ["64"], ["axb"], ["64x128x2x2"]):
+        with pytest.raises(ValueError, match="wgmma-tiles"):
+            MapToGpu(wgmma_tiles=bad)
+    m = loop_module(matmul_model(M=6272, K=2304, N=256, trans_b=True))
+    PassManager("map-to-gpu{arch=sm_90 wgmma-tiles=[128x128,64x128]}").run(m)
+    assert [o.attributes["tile"] for o in launches(m)] == ["f16 wgmma 64x128x64 stages 4"]
+
+
 def test_a_compile_for_another_arch_keeps_mma_sync():
     from ptxc.compiler import pipeline_for_arch
     assert pipeline_for_arch("lower-tensor-to-loop,map-to-gpu", "sm_80") == \
@@ -200,15 +249,17 @@ def test_large_wgmma_kernel_assembles_without_spills(shape, tile):
 
 # ---- int8: wgmma .m64nNk32.s32.s8.s8 ----------------------------------------------------------
 
-def _int8_mapped(model):
-    """(mapped with wgmma on, inputs, the graph interpreter's outputs, the unmapped nest's)."""
+def _int8_mapped(model, tiles=""):
+    """(mapped with wgmma on, inputs, the graph interpreter's outputs, the unmapped nest's);
+    ``tiles``: map-to-gpu's wgmma-tiles, e.g. ``[64x64]``."""
     import ptxc
     from contraction_ir import inputs_for
     x = inputs_for(model)
     ref = ptxc.interpret(ptxc.import_onnx(model), x)
     m = loop_module(model)
     want = run_main(m, x)
-    PassManager("map-to-gpu{wgmma=on arch=sm_90}").run(m)
+    extra = f" wgmma-tiles={tiles}" if tiles else ""
+    PassManager(f"map-to-gpu{{wgmma=on arch=sm_90{extra}}}").run(m)
     return m, x, ref, want
 
 
@@ -237,6 +288,21 @@ def test_int8_wgmma_kernel_is_bit_exact(case):
     check_exact(run_main(m, x), ref, want)
 
 
+#: int8 GEMMs in 64-row tiles: (case, wgmma-tiles)
+INT8_ROWS64 = {"edges_zx_residual": "[64x64]", "n256_long_k": "[64x256]"}
+
+
+@pytest.mark.parametrize("case", sorted(INT8_ROWS64))
+def test_int8_64_row_wgmma_kernel_is_bit_exact(case):
+    from int8_ir import gemm_model
+    from test_gpu_map_mma_int8 import check_exact
+    m, x, ref, want = _int8_mapped(gemm_model(**INT8_GEMMS[case]), INT8_ROWS64[case])
+    (launch,) = [o for o in launches(m) if o.attributes["schedule"] == "wgmma"]
+    assert launch.attributes["tile"] == f"s8 wgmma {INT8_ROWS64[case][1:-1]}x128 stages 4"
+    assert launch.attributes["block"] == (128, 1, 1)
+    check_exact(run_main(m, x), ref, want)
+
+
 def test_when_int8_takes_the_wgmma_form():
     """s8 takes the wgmma form with ``wgmma=on`` (``auto`` keeps int8 mma.sync until it is
     timed: AUTO_KINDS); its MIN_K counts 128-byte K tiles as f16's does: BN 128 from K = 1024
@@ -262,27 +328,30 @@ def test_when_int8_takes_the_wgmma_form():
 
 
 @needs_ptxas
-def test_int8_wgmma_kernel_assembles():
+@pytest.mark.parametrize("tiles, shape", [("", "m64n128k32"), ("[64x64]", "m64n64k32")])
+def test_int8_wgmma_kernel_assembles(tiles, shape):
     from int8_ir import gemm_model
-    m, _, _, _ = _int8_mapped(gemm_model(**INT8_GEMMS["edges_zx_residual"]))
+    m, _, _, _ = _int8_mapped(gemm_model(**INT8_GEMMS["edges_zx_residual"]), tiles)
     p = lower_to_ptx(m, arch="sm_90")
     assert p.arch == "sm_90a"
-    assert "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8" in p.ptx
+    assert f"wgmma.mma_async.sync.aligned.{shape}.s32.s8.s8" in p.ptx
     rep = assemble(p.ptx, p.arch)
     for k in rep.kernels.values():
         assert k.spill_stores == 0 and k.spill_loads == 0, k
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", sorted(INT8_GEMMS))
-def test_int8_wgmma_on_gpu_is_bit_exact(case):
-    """The int8 wgmma kernels on an sm_90 GPU give the interpreter's answer bit for bit."""
+@pytest.mark.parametrize("case, tiles", [(c, "") for c in sorted(INT8_GEMMS)] +
+                         sorted(INT8_ROWS64.items()))
+def test_int8_wgmma_on_gpu_is_bit_exact(case, tiles):
+    """The int8 wgmma kernels (also in 64-row tiles) on an sm_90 GPU give the interpreter's
+    answer bit for bit."""
     from int8_ir import gemm_model
     from ptxc.driver.plan import device_arch
     from test_ptx import run_on_gpu
     if device_arch() not in ("sm_90", "sm_90a"):
         pytest.skip(f"wgmma needs sm_90, the GPU is {device_arch()}")
-    m, x, ref, _ = _int8_mapped(gemm_model(**INT8_GEMMS[case]))
+    m, x, ref, _ = _int8_mapped(gemm_model(**INT8_GEMMS[case]), tiles)
     got = run_on_gpu(lower_to_ptx(m, arch="sm_90"), x)
     for k in ref:
         np.testing.assert_array_equal(got[k], ref[k], err_msg=k)

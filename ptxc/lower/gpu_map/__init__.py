@@ -103,6 +103,10 @@ def _check_wgmma(instance, attribute, value):
         raise ValueError(f"wgmma must be one of {', '.join(wgmma.MODES)}, is {value!r}")
 
 
+def _check_wgmma_tiles(instance, attribute, value):
+    wgmma.parse_tiles(value)
+
+
 def _check_wgmma_kinds(instance, attribute, value):
     bad = [k for k in value if k not in wgmma.KINDS]
     if bad:
@@ -147,6 +151,9 @@ class MapToGpu(Pass):
     every GEMM it can, whatever its size. ``wgmma-kinds`` (``[f16, s8]``; empty, the default:
     wgmma.AUTO_KINDS, f16 only) names the element kinds ``auto`` considers: int8 builds but is
     not yet timed, ``bench/resnet50_int8.py --variant "wgmma-kinds=[f16,s8]"`` times it.
+    ``wgmma-tiles`` (``[BMxBN, ...]``, BM 64 or 128; empty: wgmma.TILES, 128x256 then
+    128x128) the tiles ``auto`` tries in order, the first whose grid covers the SMs: 64-row
+    tiles (one warpgroup) give the GEMMs of a few thousand rows a full grid (not yet timed).
     Never on an arch without wgmma: ``arch`` (e.g. ``sm_90``; default
     ``ptxc.ptx.default_arch()``, what lower_to_ptx builds for) is the arch
     the kernels are for; a compile passes its own.
@@ -217,6 +224,8 @@ class MapToGpu(Pass):
     mma_stages: int = attrs.field(default=0, validator=_check_stages)
     mma_tiles: tuple[str, ...] = attrs.field(default=(), converter=tuple,
                                              validator=_check_tiles)
+    wgmma_tiles: tuple[str, ...] = attrs.field(default=(), converter=tuple,
+                                               validator=_check_wgmma_tiles)
 
     def run(self, module: Operation) -> bool:
         return map_to_gpu(module, self)

@@ -14,8 +14,8 @@ MatMul nest of f16 operands accumulating in f32, or s8 in i32) when both operand
 **K-major** with 16-byte runs (:func:`mma.layout` ``Layout(kmajor=True, vector=True)``: A [M, K]
 and a weight stored [N, K], as ptxc stores a Gemm's or a transposed MatMul's), and writes::
 
-    grid = (N / BN, M / 128, batches)   block = 256 threads: two warpgroups of 64 rows
-    sA = gpu.shared [S][128][64] f16 {align = 1024}     both in the 128-byte swizzle: row r's
+    grid = (N / BN, M / BM, batches)    block = BM / 64 warpgroups (BM = 128: 256 threads)
+    sA = gpu.shared [S][BM][64] f16 {align = 1024}      both in the 128-byte swizzle: row r's
     sB = gpu.shared [S][BN][64] f16 {align = 1024}      16-byte chunk c at chunk c ^ (r % 8)
     copy K-tiles 0 .. S-2 into stages 0 .. S-2 (gpu.cp_async of 16 bytes to the swizzled
         chunk, zero-filled past M, N and K); commit each
@@ -28,7 +28,7 @@ and a weight stored [N, K], as ptxc stores a Gemm's or a transposed MatMul's), a
         gpu.wgmma_commit; acc = gpu.wgmma_wait(acc) {pending = 0}
         copy K-tile kt + S - 1 into stage (kt + S - 1) % S; commit
     for each accumulator i of the thread (warp w of its warpgroup wg, lane l):
-        m = 128 by + 64 wg + 16 w + l / 4 + 8 ((i / 2) % 2),  n = BN bx + 8 (i / 4) + 2 (l % 4) + i % 2
+        m = BM by + 64 wg + 16 w + l / 4 + 8 ((i / 2) % 2),  n = BN bx + 8 (i / 4) + 2 (l % 4) + i % 2
         where m < M and n < N: the nest's point program (start + acc, bias, activation, cast,
         store), as the mma schedule's fragment epilogue (:meth:`mma._Builder._guarded_point`)
 
@@ -42,13 +42,15 @@ is checked against the nest on the CPU); their PTX is ptxc/lower/llvm_wgmma.py's
 **When** (:func:`choose`): map-to-gpu's option ``wgmma`` (``auto``, the default; ``on``;
 ``off``) and the arch (map-to-gpu's ``arch``, else :func:`ptxc.ptx.default_arch`). Never on an
 arch other than sm_90 / sm_90a (wgmma is Hopper's; the PTX is then built for sm_90a, which runs
-on sm_90 devices only: :func:`ptxc.ptx.lower_to_ptx`). ``auto``: when the 128 x BN tiles give
-at least one CTA per SM (:data:`mma.SMS`) and K is deep enough (:data:`MIN_K`), BN = 256 first
-(0.71x of cuBLAS at 4096^3 against 0.63x at 128, both 4 stages), else 128; smaller or shallower
+on sm_90 devices only: :func:`ptxc.ptx.lower_to_ptx`). ``auto``: the first tile of
+:data:`TILES` (or map-to-gpu's ``wgmma-tiles``) that gives at least one CTA per SM
+(:data:`mma.SMS`) where K is deep enough for its BN (:data:`MIN_K`): 128 x 256 first (0.71x of
+cuBLAS at 4096^3 against 0.63x at 128, both 4 stages), else 128 x 128; smaller or shallower
 GEMMs keep mma.sync, whose split-K fills the GPU and whose staged epilogue won on ResNet-50's
-short-K 1x1 convs. ``on``: every contraction it can take, whatever its size (tests; BN the smallest of 64,
-128, 256 that covers N). The tile string (``ptxc inspect``, the kernel table) reads ``f16
-wgmma 128x256x64 stages 4``.
+short-K 1x1 convs. ``on``: every contraction it can take, whatever its size (tests; the first
+tile whose grid covers the SMs, else the last of ``wgmma-tiles`` when given, else BM 128 and
+the smallest BN of 64, 128, 256 that covers N). A 64-row tile is one warpgroup of 128 threads.
+The tile string (``ptxc inspect``, the kernel table) reads ``f16 wgmma 128x256x64 stages 4``.
 
 Decisions:
 
@@ -91,8 +93,16 @@ BM, BK = 128, 64              # two warpgroups of 64 rows; one 128-byte swizzled
 #: contraction kind -> (k per wgmma, K-tile depth in elements: one 128-byte row)
 KINDS = {"f16": (16, 64), "s8": (32, 128)}
 STAGES = 4
-#: BN, largest first (``auto`` takes the first that gives a CTA per SM)
-BNS = (256, 128)
+#: (BM, BN) tiles, largest first: ``auto`` takes the first that gives a CTA per SM (and whose
+#: BN's MIN_K the contraction reaches). map-to-gpu's ``wgmma-tiles`` replaces it
+#: (:func:`parse_tiles`), e.g. with 64-row tiles (one warpgroup, 128 threads) after these for
+#: GEMMs whose 128-row grid leaves SMs idle (ResNet-50 b32's layer-3/4 3x3 convs: M = 6272 and
+#: 1568); those are not timed yet, so the default stays the timed pair.
+TILES = ((128, 256), (128, 128))
+#: the row counts a tile can have: whole warpgroups of 64 rows, at most two
+BMS = (64, 128)
+#: the column counts a tile can have
+BNS = (64, 128, 256)
 #: map-to-gpu's ``wgmma`` option
 MODES = ("auto", "on", "off")
 DEFAULT_MODE = "auto"
@@ -104,7 +114,8 @@ ARCHS = ("sm_90", "sm_90a")
 #: in the staged mma.sync kernel; 128 x 128 wgmma tiles ran 0-9% faster at K = 512 .. 2048;
 #: BN = 256 is timed faster only at K = 4096 (0.76x cuBLAS against mma.sync's 0.53x)
 MIN_K = {256: 2048, 128: 512}
-#: the same in K tiles (128 bytes of k each), for every kind (s8: BN = 128 from K = 1024)
+#: the same in K tiles (128 bytes of k each), for every kind (s8: BN = 128 from K = 1024);
+#: BN = 64 (not timed) takes BN = 128's
 MIN_K_TILES = {bn: k // BK for bn, k in MIN_K.items()}
 #: the kinds ``auto`` gives the wgmma form. s8 builds (bit-exact in the lockstep interpreter,
 #: assembled by ptxas) but has not been timed on the H200 against int8 mma.sync: only ``on``
@@ -116,17 +127,22 @@ AUTO_KINDS = ("f16",)
 
 @attrs.frozen
 class Config:
-    """A wgmma tile: 128 x ``bn`` x 64, two consumer warpgroups, ``stages`` cp.async stages.
-    The attributes the mma builder reads (warps, splits, epilogue) are fixed."""
+    """A wgmma tile: ``bm`` x ``bn`` x ``bk``, one consumer warpgroup per 64 rows (two at the
+    default BM = 128, one at 64), ``stages`` cp.async stages. The attributes the mma builder
+    reads (warps, splits, epilogue) follow."""
     bn: int
     stages: int = STAGES
     bk: int = BK              # elements: 64 f16 or 128 s8 (one 128-byte row)
+    bm: int = BM              # 128 or 64
 
-    bm = BM
-    warps_m, warps_n = 8, 1
+    warps_n = 1
     wm = 64                   # rows per warpgroup (the builder's "warp tile")
     splits = 1
     epilogue = "fragment"
+
+    @property
+    def warps_m(self) -> int:
+        return self.bm // 16
 
     @property
     def wn(self) -> int:
@@ -134,10 +150,28 @@ class Config:
 
     @property
     def threads(self) -> int:
-        return 2 * WARPGROUP
+        return self.bm // 64 * WARPGROUP
 
     def describe(self, kind: str) -> str:
         return f"{kind} wgmma {self.bm}x{self.bn}x{self.bk} stages {self.stages}"
+
+
+def parse_tiles(items) -> tuple:
+    """map-to-gpu's ``wgmma-tiles``: ``("128x256", "64x128")`` -> ((128, 256), (64, 128)), tried
+    in order by ``auto`` (empty: :data:`TILES`). BM is 64 or 128 (:data:`BMS`), BN 64, 128 or
+    256 (:data:`BNS`: what ``on`` builds too). Raises ValueError on anything else."""
+    if not items:
+        return TILES
+    tiles = []
+    for item in items:
+        parts = item.strip().split("x")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"wgmma-tiles: {item!r} is not BMxBN (e.g. 64x128)")
+        bm, bn = (int(p) for p in parts)
+        if bm not in BMS or bn not in BNS:
+            raise ValueError(f"wgmma-tiles: {item!r}: BM must be one of {BMS}, BN one of {BNS}")
+        tiles.append((bm, bn))
+    return tuple(tiles)
 
 
 def shared_bytes(cfg: Config) -> int:
@@ -166,16 +200,21 @@ def choose(c: Contraction, options=None) -> Config | None:
     if arch not in ARCHS:
         return None
     bk = KINDS[c.kind][1]
-    for bn in BNS:
-        if mode != "on" and c.K < MIN_K_TILES.get(bn, 0) * bk:
+    given = getattr(options, "wgmma_tiles", ())
+    tiles = parse_tiles(given)
+    for bm, bn in tiles:
+        if mode != "on" and c.K < MIN_K_TILES.get(bn, MIN_K_TILES[128]) * bk:
             continue
-        if -(-c.M // BM) * -(-c.N // bn) * c.batches >= mma.SMS:
-            cfg = Config(bn, bk=bk)
+        if -(-c.M // bm) * -(-c.N // bn) * c.batches >= mma.SMS:
+            cfg = Config(bn, bk=bk, bm=bm)
             break
     else:
         if mode != "on":
             return None
-        cfg = Config(next(bn for bn in (64, 128, 256) if bn >= c.N or bn == 256), bk=bk)
+        if given:   # the smallest tile given
+            cfg = Config(tiles[-1][1], bk=bk, bm=tiles[-1][0])
+        else:
+            cfg = Config(next(bn for bn in BNS if bn >= c.N or bn == 256), bk=bk)
     return cfg if shared_bytes(cfg) <= mma.SHARED_LIMIT else None
 
 
