@@ -82,6 +82,43 @@ def test_a_result_read_before_the_wait_is_refused():
         verify(m)
 
 
+@pytest.mark.parametrize("case", ["long_k_no_bias", "edges_130x96x72"])
+def test_copies_overlapping_the_multiply_match_the_nest(case):
+    """``wgmma-copies=overlap``: tile kt + S - 1's copies go between the commit and the wait
+    (into stage (kt - 1) % S, which no wgmma in flight reads: the interpreter would refuse
+    it); the kernel still equals the nest."""
+    m, x, want = mapped(matmul_model(trans_b=True, **MATMULS[case]),
+                        "{wgmma=on wgmma-copies=overlap}")
+    (launch,) = [o for o in launches(m) if o.attributes["schedule"] == "wgmma"]
+    assert launch.attributes["tile"].endswith("stages 4 overlap")
+    body = next(o for o in launch.walk() if o.name == "loop.for").regions[0].blocks[0].ops
+    names = [o.name for o in body]
+    assert names.index("gpu.wgmma_commit") < names.index("loop.if") < \
+        names.index("gpu.wgmma_wait")
+    check_close(run_main(m, x), want)
+    from ptxc.lower.gpu_map import MapToGpu
+    with pytest.raises(ValueError, match="wgmma-copies"):
+        MapToGpu(wgmma_copies="early")
+
+
+def test_a_copy_into_a_tile_an_unwaited_wgmma_reads_is_refused():
+    """The race the wait exists for: with the copies before the wait, point them at the stage
+    the wgmmas in flight read (kt % S, not (kt + S - 1) % S): the interpreter refuses it."""
+    m, x, _ = mapped(matmul_model(trans_b=True, **MATMULS["long_k_no_bias"]),
+                     "{wgmma=on wgmma-copies=overlap}")
+    loop = next(o for o in m.walk() if o.name == "loop.for" and any(
+        p.name == "gpu.wgmma" for p in o.walk()))
+    stage = next(o for o in loop.walk() if o.name == "gpu.wgmma").operands[1]  # a's stage
+    copies = [o for o in loop.walk() if o.name == "gpu.cp_async"]
+    assert copies
+    for cp in copies:   # operands: source, src_indices, dest, dst_indices (stage first), pred
+        dest = next(i for i, v in enumerate(cp.operands) if v.op is not None and
+                    v.op.name == "gpu.shared")
+        cp.set_operand(dest + 1, stage)
+    with pytest.raises(CompileError, match="still reads"):
+        run_main(m, x)
+
+
 def test_the_layouts_are_the_prototypes():
     """The accumulator layout is bench/wgmma_gemm.py's epilogue (warp w: rows 16 w + l / 4
     (+8), columns 8 j + 2 (l % 4) (+1) for value 4 j + 2 h + e) and the swizzle its copies'."""

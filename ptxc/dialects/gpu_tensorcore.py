@@ -329,6 +329,8 @@ class CpAsync(OpSpec):
             z_i = [i[zero] for i in dst[:-1]] + [dst[-1][zero] + e]
             _check_bounds(op, dt, z_i)
             writes.append(((blk[zero], *z_i), 0))
+        for where, _ in writes:
+            _check_not_held(op, interp, storage, where)
         _pipeline(op, interp)["current"].append((storage, writes))
         return []
 
@@ -340,6 +342,33 @@ def _pipeline(op: Operation, interp) -> dict:
     if not hasattr(state, "cp_async"):
         state.cp_async = {"current": [], "groups": []}
     return state.cp_async
+
+
+def async_reads(op: Operation, interp) -> list:
+    """The running launch's shared-memory regions that an issued, not yet waited-for
+    asynchronous read holds (gpu_wgmma's multiplies): ``[(storage, flat indices, what)]``. A
+    copy into one of them before the read's wait is a race on the GPU (the tensor core may read
+    the new bytes): :func:`_check_not_held` refuses it."""
+    state = _state(op, interp)
+    if not hasattr(state, "async_reads"):
+        state.async_reads = []
+    return state.async_reads
+
+
+def _check_not_held(op: Operation, interp, storage, where) -> None:
+    held = getattr(_state(op, interp), "async_reads", None)
+    if not held:
+        return
+    flat = None
+    for st, idx, what in held:
+        if st is not storage:
+            continue
+        if flat is None:
+            flat = np.ravel_multi_index(tuple(np.asarray(w).ravel() for w in
+                                              np.broadcast_arrays(*where)), storage.shape)
+        if np.isin(flat, idx).any():
+            raise CompileError(f"{op.where}: writes shared memory that {what} still reads "
+                               "(not waited for): a race on the GPU")
 
 
 def _complete(group) -> None:

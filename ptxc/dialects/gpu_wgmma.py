@@ -35,10 +35,10 @@ warp, repeated over N / 8 column blocks).
 move a read of them above it; DESIGN.md's December facts), and the verifier refuses any use of
 a ``gpu.wgmma`` result other than as the accumulator of the next ``gpu.wgmma`` or an operand of
 ``gpu.wgmma_wait``. The lockstep interpreter computes the product when the op is issued (the
-shared tiles it reads must then not change before the wait; the schedule waits for every group
-before refilling a stage) and checks the protocol: a ``gpu.wgmma`` needs a ``gpu.wgmma_fence``
-since the last wait (the accumulator registers were written), and a wait refuses wgmmas that
-were never committed. These ops must be reached by every thread of a warpgroup (a block of
+shared tiles it reads must then not change before the wait: until then a ``gpu.cp_async`` into
+them is refused as the race it is on the GPU) and checks the protocol: a ``gpu.wgmma`` needs a
+``gpu.wgmma_fence`` since the last wait (the accumulator registers were written), and a wait
+refuses wgmmas that were never committed. These ops must be reached by every thread of a warpgroup (a block of
 ``128 k`` threads; ``.sync.aligned``), and their operands must be the same across it.
 """
 
@@ -53,7 +53,7 @@ from ..ir.core import Operation, OpResult
 from ..ir.spec import Attr, Operand, OpSpec, Result, fail, register
 from ..ir.types import F16, F32, I8, I32, INDEX, BufferType
 from .gpu import _state
-from .gpu_tensorcore import InLaunchMarker, _in_launch
+from .gpu_tensorcore import InLaunchMarker, _in_launch, async_reads
 
 WARPGROUP = 128
 #: bytes per swizzled row (the 128-byte swizzle) and of the pattern's period (8 rows)
@@ -111,7 +111,8 @@ def _wgmma_state(op: Operation, interp) -> dict:
     since the last commit, committed groups not yet waited for."""
     state = _state(op, interp)
     if not hasattr(state, "wgmma"):
-        state.wgmma = {"fenced": False, "uncommitted": 0, "groups": 0}
+        state.wgmma = {"fenced": False, "uncommitted": 0, "groups": 0,
+                       "open": [], "inflight": []}   # the shared regions each group reads
     return state.wgmma
 
 
@@ -246,8 +247,14 @@ class Wgmma(OpSpec):
                 raise CompileError(f"{op.where}: {name}'s tile runs past its buffer's rows")
             pick = [np.broadcast_to(i[..., None, None], col.shape) for i in idx[:-2]]
             b_ = np.broadcast_to(blk[..., None, None], col.shape)
-            got = storage[(b_, *pick, np.broadcast_to(rows_idx, col.shape), col)]
+            where = (b_, *pick, np.broadcast_to(rows_idx, col.shape), col)
+            got = storage[where]
             mats.append(got.astype(np.float64 if el == F16 else np.int64))
+            region = (storage, np.unique(np.ravel_multi_index(
+                tuple(np.asarray(w).ravel() for w in np.broadcast_arrays(*where)),
+                storage.shape)), f"a gpu.wgmma ({op.where})")
+            st["open"].append(region)
+            async_reads(op, interp).append(region)
         A, B = mats                                       # (gx, gy, gz, groups, 64|n, 16)
         rows, cols = accumulator_layout(n)
         C = np.zeros(full[:3] + (groups, 64, n), A.dtype)
@@ -299,6 +306,8 @@ class WgmmaCommit(InLaunchMarker):
         if st["uncommitted"]:
             st["groups"] += 1
             st["uncommitted"] = 0
+            st["inflight"].append(st["open"])
+            st["open"] = []
         return []
 
 
@@ -331,5 +340,9 @@ class WgmmaWait(OpSpec):
             raise CompileError(f"{op.where}: waits for gpu.wgmma never committed "
                                "(gpu.wgmma_commit first)")
         st["groups"] = min(st["groups"], op.attributes["pending"])
+        held = async_reads(op, interp)
+        while len(st["inflight"]) > op.attributes["pending"]:   # these groups' reads are done
+            done = {id(r) for r in st["inflight"].pop(0)}
+            held[:] = [r for r in held if id(r) not in done]
         st["fenced"] = False
         return list(args)

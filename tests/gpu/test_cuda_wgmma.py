@@ -37,10 +37,10 @@ def gemm_model(M, K, N, seed=0):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def compile_fp16(model, monkeypatch, force: bool):
+def compile_fp16(model, monkeypatch, force: bool, options: str = ""):
     if force:
         monkeypatch.setitem(compiler.TARGET_STAGE_PIPELINES, "cuda",
-                            {"loop": "lower-tensor-to-loop,map-to-gpu{wgmma=on}"})
+                            {"loop": f"lower-tensor-to-loop,map-to-gpu{{wgmma=on{options}}}"})
     return ptxc.compile(model, target="cuda", precision="fp16", cache=False)
 
 
@@ -76,3 +76,18 @@ def test_edges_on_wgmma(monkeypatch):
     bias = numpy_helper.to_array(model.graph.initializer[1]).astype(np.float64)
     check(engine, engine.run({"x": x})["y"], x.astype(np.float64) @ w.T + bias,
           "f16 wgmma 128x256x64 stages 4")
+
+
+@pytest.mark.parametrize("options, tile", [
+    (" wgmma-tiles=[64x128]", "f16 wgmma 64x128x64 stages 4"),
+    (" wgmma-copies=overlap", "f16 wgmma 128x256x64 stages 4 overlap"),
+    (" wgmma-tiles=[64x64] wgmma-copies=overlap", "f16 wgmma 64x64x64 stages 4 overlap")])
+def test_wgmma_variants(options, tile, monkeypatch):
+    """The untimed forms (session 11): 64-row tiles (one warpgroup) and the copies issued
+    while the tensor core multiplies, on a GEMM with edges (M, N off the tile, K % 64 != 0)."""
+    model = gemm_model(200, 328, 136, seed=5)
+    engine = compile_fp16(model, monkeypatch, force=True, options=options)
+    x = np.random.default_rng(6).standard_normal((200, 328)).astype(np.float32)
+    w = numpy_helper.to_array(model.graph.initializer[0]).astype(np.float64)
+    bias = numpy_helper.to_array(model.graph.initializer[1]).astype(np.float64)
+    check(engine, engine.run({"x": x})["y"], x.astype(np.float64) @ w.T + bias, tile)

@@ -107,6 +107,14 @@ def _check_wgmma_tiles(instance, attribute, value):
     wgmma.parse_tiles(value)
 
 
+_DEFAULT_WGMMA_COPIES = wgmma.COPIES[0]   # (inside MapToGpu, ``wgmma`` is the option)
+
+
+def _check_wgmma_copies(instance, attribute, value):
+    if value not in wgmma.COPIES:
+        raise ValueError(f"wgmma-copies must be one of {', '.join(wgmma.COPIES)}, is {value!r}")
+
+
 def _check_wgmma_kinds(instance, attribute, value):
     bad = [k for k in value if k not in wgmma.KINDS]
     if bad:
@@ -154,6 +162,8 @@ class MapToGpu(Pass):
     ``wgmma-tiles`` (``[BMxBN, ...]``, BM 64 or 128; empty: wgmma.TILES, 128x256 then
     128x128) the tiles ``auto`` tries in order, the first whose grid covers the SMs: 64-row
     tiles (one warpgroup) give the GEMMs of a few thousand rows a full grid (not yet timed).
+    ``wgmma-copies``: ``after-wait`` (default) or ``overlap``, where the K loop issues the next
+    tile's copies (wgmma.COPIES; overlap is not yet timed).
     Never on an arch without wgmma: ``arch`` (e.g. ``sm_90``; default
     ``ptxc.ptx.default_arch()``, what lower_to_ptx builds for) is the arch
     the kernels are for; a compile passes its own.
@@ -226,6 +236,8 @@ class MapToGpu(Pass):
                                              validator=_check_tiles)
     wgmma_tiles: tuple[str, ...] = attrs.field(default=(), converter=tuple,
                                                validator=_check_wgmma_tiles)
+    wgmma_copies: str = attrs.field(default=_DEFAULT_WGMMA_COPIES,
+                                    validator=_check_wgmma_copies)
 
     def run(self, module: Operation) -> bool:
         return map_to_gpu(module, self)

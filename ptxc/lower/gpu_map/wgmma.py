@@ -56,8 +56,11 @@ Decisions:
 
 * 4 stages: 192 KiB of dynamic shared memory at BN = 256 (one CTA per SM); 3 stages timed
   0.70x, 4 0.71x (bench/wgmma_gemm.py, 2026-12).
-* the copies of tile kt + S - 1 go after the wait, as in the timed prototype; issuing them
-  between the commit and the wait (overlapping the multiply) is a thing to time next.
+* the copies of tile kt + S - 1 go after the wait, as in the timed prototype. Issuing them
+  between the commit and the wait (overlapping the multiply; ``wgmma-copies=overlap``) is as
+  safe: they fill stage (kt - 1) % S, whose wgmmas both warpgroups waited for before this
+  iteration's barrier, not stage kt % S, which the wgmmas in flight read (the interpreter
+  refuses a copy into a tile an unwaited wgmma reads). Not yet timed.
 * the fragment epilogue (no staging through shared memory): the mma schedule's staged
   epilogue is written for its warp tiles; a staged wgmma epilogue (or stmatrix) comes next.
 
@@ -106,6 +109,10 @@ BNS = (64, 128, 256)
 #: map-to-gpu's ``wgmma`` option
 MODES = ("auto", "on", "off")
 DEFAULT_MODE = "auto"
+#: map-to-gpu's ``wgmma-copies``: where the K loop issues the next tile's copies, ``after-wait``
+#: (the default; the timed prototype's order) or ``overlap`` (between the commit and the wait,
+#: so the copies' address arithmetic runs while the tensor core multiplies; untimed)
+COPIES = ("after-wait", "overlap")
 #: the archs that have wgmma (sm_90: built as sm_90a)
 ARCHS = ("sm_90", "sm_90a")
 #: ``auto`` takes a BN only for K at least this deep: a short K leaves the pipeline (one wait
@@ -134,6 +141,9 @@ class Config:
     stages: int = STAGES
     bk: int = BK              # elements: 64 f16 or 128 s8 (one 128-byte row)
     bm: int = BM              # 128 or 64
+    #: issue the next tile's copies between the commit and the wait (overlapping this tile's
+    #: multiplies), not after the wait: map-to-gpu's ``wgmma-copies=overlap`` (untimed)
+    overlap: bool = False
 
     warps_n = 1
     wm = 64                   # rows per warpgroup (the builder's "warp tile")
@@ -153,7 +163,8 @@ class Config:
         return self.bm // 64 * WARPGROUP
 
     def describe(self, kind: str) -> str:
-        return f"{kind} wgmma {self.bm}x{self.bn}x{self.bk} stages {self.stages}"
+        return (f"{kind} wgmma {self.bm}x{self.bn}x{self.bk} stages {self.stages}"
+                + (" overlap" if self.overlap else ""))
 
 
 def parse_tiles(items) -> tuple:
@@ -200,6 +211,7 @@ def choose(c: Contraction, options=None) -> Config | None:
     if arch not in ARCHS:
         return None
     bk = KINDS[c.kind][1]
+    overlap = getattr(options, "wgmma_copies", COPIES[0]) == "overlap"
     given = getattr(options, "wgmma_tiles", ())
     tiles = parse_tiles(given)
     for bm, bn in tiles:
@@ -215,6 +227,7 @@ def choose(c: Contraction, options=None) -> Config | None:
             cfg = Config(tiles[-1][1], bk=bk, bm=tiles[-1][0])
         else:
             cfg = Config(next(bn for bn in BNS if bn >= c.N or bn == 256), bk=bk)
+    cfg = attrs.evolve(cfg, overlap=overlap)
     return cfg if shared_bytes(cfg) <= mma.SHARED_LIMIT else None
 
 
@@ -274,11 +287,16 @@ class _Builder(mma._Builder):
                 self.s[id(c.a)], [stage, self.wm0, k0], self.s[id(c.b)], [stage, zero_i, k0],
                 acc], {"shape": f"m64n{cfg.bn}k{kinst}"}).results)
         fb.create("gpu.wgmma_commit", [])
-        acc = list(fb.create("gpu.wgmma_wait", [acc], {"pending": 0}).results)
+        if not cfg.overlap:
+            acc = list(fb.create("gpu.wgmma_wait", [acc], {"pending": 0}).results)
+        # tile kt + S - 1 goes to stage (kt - 1) % S: tile kt - 1's wgmmas, its last readers,
+        # were waited for in iteration kt - 1 by both warpgroups before this one's barrier
         nxt = add(fb, kt, cfg.stages - 1)
         _, ib = if_op(fb, cmp(fb, "lt", nxt, self.kts))
         self._copy(ib, mma._rem(ib, nxt, cfg.stages), nxt)
         fb.create("gpu.cp_async_commit", [])
+        if cfg.overlap:
+            acc = list(fb.create("gpu.wgmma_wait", [acc], {"pending": 0}).results)
         fb.create("loop.yield", acc)
         self._wgmma_epilogue(b, wg, list(loop.results))
         return launch
