@@ -134,8 +134,8 @@ def _quantize_residual_branches(body, amax, int8_layers) -> None:
     int8 residual (fuse-epilogues, fold-qdq's output units). Without it the shortcut conv wrote
     f32 and the block's last conv read it: in ResNet-50 b32 on the H200, layer 1's shortcut
     conv took 32 us and the conv reading its output 50 us, against 43 us for the conv of the
-    next block, whose residual is int8. An add whose operand is already dequantized (an identity shortcut: the
-    previous block's output, paired as a conv input) has nothing to do."""
+    next block, whose residual is int8. An add whose operand is already dequantized (an
+    identity shortcut: the previous block's output, paired as a conv input) has nothing to do."""
     order = {op: i for i, op in enumerate(body.ops)}
     for op in list(body.ops):
         if op.name not in ("graph.add", "graph.sum") or len(op.operands) != 2:

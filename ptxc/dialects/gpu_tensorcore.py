@@ -355,6 +355,12 @@ def async_reads(op: Operation, interp) -> list:
     return state.async_reads
 
 
+def flat_indices(storage: np.ndarray, where) -> np.ndarray:
+    """The flat element numbers of ``storage[where]`` (a tuple of index arrays)."""
+    return np.ravel_multi_index(tuple(np.asarray(w).ravel() for w in np.broadcast_arrays(*where)),
+                                storage.shape)
+
+
 def _check_not_held(op: Operation, interp, storage, where) -> None:
     held = getattr(_state(op, interp), "async_reads", None)
     if not held:
@@ -364,8 +370,7 @@ def _check_not_held(op: Operation, interp, storage, where) -> None:
         if st is not storage:
             continue
         if flat is None:
-            flat = np.ravel_multi_index(tuple(np.asarray(w).ravel() for w in
-                                              np.broadcast_arrays(*where)), storage.shape)
+            flat = flat_indices(storage, where)
         if np.isin(flat, idx).any():
             raise CompileError(f"{op.where}: writes shared memory that {what} still reads "
                                "(not waited for): a race on the GPU")

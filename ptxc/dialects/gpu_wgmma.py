@@ -38,8 +38,9 @@ a ``gpu.wgmma`` result other than as the accumulator of the next ``gpu.wgmma`` o
 shared tiles it reads must then not change before the wait: until then a ``gpu.cp_async`` into
 them is refused as the race it is on the GPU) and checks the protocol: a ``gpu.wgmma`` needs a
 ``gpu.wgmma_fence`` since the last wait (the accumulator registers were written), and a wait
-refuses wgmmas that were never committed. These ops must be reached by every thread of a warpgroup (a block of
-``128 k`` threads; ``.sync.aligned``), and their operands must be the same across it.
+refuses wgmmas that were never committed. These ops must be reached by every thread of a
+warpgroup (a block of ``128 k`` threads; ``.sync.aligned``), and their operands must be the
+same across it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from ..ir.core import Operation, OpResult
 from ..ir.spec import Attr, Operand, OpSpec, Result, fail, register
 from ..ir.types import F16, F32, I8, I32, INDEX, BufferType
 from .gpu import _state
-from .gpu_tensorcore import InLaunchMarker, _in_launch, async_reads
+from .gpu_tensorcore import InLaunchMarker, _in_launch, async_reads, flat_indices
 
 WARPGROUP = 128
 #: bytes per swizzled row (the 128-byte swizzle) and of the pattern's period (8 rows)
@@ -108,10 +109,11 @@ def _shared_root(op, v):
 
 def _wgmma_state(op: Operation, interp) -> dict:
     """The running launch's wgmma protocol state: fenced since the last wait, wgmmas issued
-    since the last commit, committed groups not yet waited for."""
+    since the last commit (and the shared regions they read), committed groups not yet waited
+    for (``inflight``: each group's regions, oldest first)."""
     state = _state(op, interp)
     if not hasattr(state, "wgmma"):
-        state.wgmma = {"fenced": False, "uncommitted": 0, "groups": 0,
+        state.wgmma = {"fenced": False, "uncommitted": 0,
                        "open": [], "inflight": []}   # the shared regions each group reads
     return state.wgmma
 
@@ -250,9 +252,8 @@ class Wgmma(OpSpec):
             where = (b_, *pick, np.broadcast_to(rows_idx, col.shape), col)
             got = storage[where]
             mats.append(got.astype(np.float64 if el == F16 else np.int64))
-            region = (storage, np.unique(np.ravel_multi_index(
-                tuple(np.asarray(w).ravel() for w in np.broadcast_arrays(*where)),
-                storage.shape)), f"a gpu.wgmma ({op.where})")
+            region = (storage, np.unique(flat_indices(storage, where)),
+                      f"a gpu.wgmma ({op.where})")
             st["open"].append(region)
             async_reads(op, interp).append(region)
         A, B = mats                                       # (gx, gy, gz, groups, 64|n, 16)
@@ -304,7 +305,6 @@ class WgmmaCommit(InLaunchMarker):
         _groups(op, interp)
         st = _wgmma_state(op, interp)
         if st["uncommitted"]:
-            st["groups"] += 1
             st["uncommitted"] = 0
             st["inflight"].append(st["open"])
             st["open"] = []
@@ -339,7 +339,6 @@ class WgmmaWait(OpSpec):
         if st["uncommitted"]:
             raise CompileError(f"{op.where}: waits for gpu.wgmma never committed "
                                "(gpu.wgmma_commit first)")
-        st["groups"] = min(st["groups"], op.attributes["pending"])
         held = async_reads(op, interp)
         while len(st["inflight"]) > op.attributes["pending"]:   # these groups' reads are done
             done = {id(r) for r in st["inflight"].pop(0)}
