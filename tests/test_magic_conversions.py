@@ -181,3 +181,53 @@ def test_saturation_before_rounding(to, zp):
     assert np.all(got[~ok] == 0)
     ptx = _ptx(mk())
     assert "cvt.rni" not in ptx and "cvt.rzi" not in ptx and "copysign" not in ptx
+
+
+def _requantize_module(acc, scale):
+    """An int8 epilogue's requantization: ``y = i8(roundeven(clamp(f32(acc[i]) * s[i % C],
+    -128, 127)))`` with the per-channel scale ``s`` a constant buffer (a loop.global), as the
+    quantize pass writes it."""
+    from ptxc.ir import DenseElements
+    i32, i8 = ScalarType("i32"), ScalarType("i8")
+    C = scale.size
+
+    def body(b, ab, yb):
+        g = b.create("loop.global", [], {"name": "s", "value": DenseElements(scale)}).result
+        _, p, (i, j) = parallel_loop(b, (0, 0), (acc.shape[0], C))
+        v = op(p, "arith.mul", op(p, "arith.cast", load(p, ab, i, j), to=F32), load(p, g, j))
+        store(p, op(p, "arith.cast", op(p, "math.roundeven", _clamp(p, v, -128.0, 127.0)),
+                    to=i8), yb, i, j)
+    return module({"acc": buf(acc.shape, i32), "y": buf(acc.shape, i8)}, ["y"], body)
+
+
+def test_requantization_of_an_accumulator_has_no_nan_test():
+    """f32(acc) times a NaN-free constant scale cannot be NaN (llvm_scalar._never_nan): the
+    cast to i8 drops the NaN select (two instructions per output of every int8 epilogue), and
+    equals the interpreter over int32's edges."""
+    rng = np.random.default_rng(7)
+    edges = np.array([0, 1, -1, 2 ** 22, -(2 ** 22), 2 ** 31 - 1, -(2 ** 31), 12345, -999999],
+                     np.int64)
+    acc = np.concatenate([edges, rng.integers(-(2 ** 31), 2 ** 31, 1000 - edges.size)])
+    acc = acc.astype(np.int32).reshape(250, 4)
+    scale = np.array([1e-3, 3e-7, 0.5, 2.0 ** -20], np.float32)
+    mk = lambda: _requantize_module(acc, scale)  # noqa
+    want = run_main(mk(), {"acc": acc})["y"]
+    got = CpuProgram.from_module(mk())({"acc": acc})["y"]
+    assert np.array_equal(got, want)
+    assert np.array_equal(want, np.clip(np.rint(acc.astype(np.float32) * scale), -128, 127)
+                          .astype(np.int8))
+    assert "setp.nan" not in _ptx(mk())
+
+
+def test_a_scale_with_nan_keeps_the_nan_test():
+    """The same chain with a NaN in the constant scale: the cast keeps its NaN test (NaN -> 0,
+    as every compiled float-to-int cast)."""
+    acc = np.arange(-400, 400, dtype=np.int32).reshape(200, 4)
+    scale = np.array([0.25, np.nan, 1.0, -0.5], np.float32)
+    mk = lambda: _requantize_module(acc, scale)  # noqa
+    got = CpuProgram.from_module(mk())({"acc": acc})["y"]
+    assert np.all(got[:, 1] == 0)
+    with np.errstate(invalid="ignore"):
+        want = run_main(mk(), {"acc": acc})["y"]
+    assert np.array_equal(got[:, [0, 2, 3]], want[:, [0, 2, 3]])
+    assert "setp.nan" in _ptx(mk())
