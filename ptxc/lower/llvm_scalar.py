@@ -205,75 +205,7 @@ def _range(v, depth: int = 8) -> tuple[float, float]:
         a, b = (_range(x, depth - 1) for x in op.operands)
         r = (a[0] + b[0], a[1] + b[1]) if op.name == "arith.add" else (a[0] - b[1], a[1] - b[0])
         return unknown if r[0] != r[0] or r[1] != r[1] else r
-    if op.name == "arith.mul":
-        a, b = (_range(x, depth - 1) for x in op.operands)
-        if not all(map(math.isfinite, a + b)):
-            return unknown
-        corners = [x * y for x in a for y in b]   # widened past the product's f32 rounding
-        lo, hi = min(corners), max(corners)
-        return lo - abs(lo) * 2.0 ** -20, hi + abs(hi) * 2.0 ** -20
-    if op.name == "arith.cast" and not op.operands[0].type.is_float:
-        if op.operands[0].type == I1:
-            return 0.0, 1.0
-        half = 2.0 ** (_int_bits(op.operands[0]) - 1)
-        return -half, half
-    if op.name == "loop.load":
-        return _global_range(op.operands[0])
     return unknown
-
-
-#: id of a loop.global's value -> (its range, NaN-free): weights are read again per point
-_GLOBAL_RANGES: dict = {}
-
-
-def _global_facts(buffer) -> tuple[tuple[float, float], bool] | None:
-    """((lo, hi), NaN-free) of the float constant buffer ``buffer`` (a ``loop.global``), or
-    None when ``buffer`` is not one."""
-    op = getattr(buffer, "op", None)
-    if op is None or op.name != "loop.global":
-        return None
-    value = op.attributes["value"]
-    facts = _GLOBAL_RANGES.get(id(value))
-    if facts is None or facts[0] is not value:
-        a = np.asarray(value.array, dtype=np.float64)
-        nan_free = not bool(np.isnan(a).any())
-        rng = (float(np.nanmin(a)), float(np.nanmax(a))) if a.size and not np.isnan(a).all() \
-            else (-math.inf, math.inf)
-        if len(_GLOBAL_RANGES) > 1024:
-            _GLOBAL_RANGES.clear()
-        facts = _GLOBAL_RANGES[id(value)] = (value, rng, nan_free)
-    return facts[1], facts[2]
-
-
-def _global_range(buffer) -> tuple[float, float]:
-    facts = _global_facts(buffer)
-    return facts[0] if facts else (-math.inf, math.inf)
-
-
-def _never_nan(v, depth: int = 10) -> bool:
-    """No value of the float ``v`` is NaN: it is built from ints, NaN-free constants and
-    NaN-free constant buffers (a per-channel scale) by ops that make a NaN only from a NaN or
-    an infinity (add, sub, mul, max, min, roundeven), their operands bounded
-    (:func:`_range`). So a requantization's ``cast(roundeven(clamp(f32(acc) * scale + r)))``
-    needs no NaN test: its cast to an int skips the select that maps NaN to 0."""
-    op = getattr(v, "op", None)
-    if op is None or depth == 0:
-        return False
-    name = op.name
-    if name == "arith.constant":
-        return _constant_number(v) is not None
-    if name == "arith.cast":
-        src = op.operands[0]
-        return not src.type.is_float or _never_nan(src, depth - 1)
-    if name == "loop.load":
-        facts = _global_facts(op.operands[0])
-        return bool(facts and facts[1])
-    if name in ("arith.max", "arith.min", "math.roundeven"):
-        return all(_never_nan(x, depth - 1) for x in op.operands)
-    if name in ("arith.add", "arith.sub", "arith.mul"):
-        return all(_never_nan(x, depth - 1) and all(map(math.isfinite, _range(x)))
-                   for x in op.operands)
-    return False
 
 
 def _small(v) -> bool:
@@ -552,9 +484,8 @@ class ScalarEmitter:
                     and _small(x) and _integral(x):
                 rounded = _rounded_plus_constant(x)
                 if rounded is not None:
-                    return self._rounded_to_int(self.vals[rounded[0]], rounded[1], dst,
-                                                _never_nan(rounded[0]))
-                return self._rounded_to_int(args[0], 0, dst, _never_nan(x))
+                    return self._rounded_to_int(self.vals[rounded[0]], rounded[1], dst)
+                return self._rounded_to_int(args[0], 0, dst)
             if dst.name == "f32" and not src.is_float and src != I1 and \
                     src.bitwidth <= 32 and _int_bits(x) <= 22:
                 return self._small_int_to_f32(args[0], src)
@@ -619,21 +550,18 @@ class ScalarEmitter:
                 return {"bit_and": b.and_, "bit_or": b.or_, "bit_xor": b.xor}[name](x, y)
         raise CompileError(f"{op.where}: no LLVM lowering for arith.{name}")
 
-    def _rounded_to_int(self, x: ir.Value, z: int, dst: ScalarType,
-                        nan_free: bool = False) -> ir.Value:
+    def _rounded_to_int(self, x: ir.Value, z: int, dst: ScalarType) -> ir.Value:
         """``int(roundeven(x) + z)`` for an f32 ``x`` in [-SMALL, SMALL] (or NaN) and an
         integer ``z``, as an int of at most 32 bits: ``bits(x + MAGIC) + (z - MAGIC_BITS)``,
         NaN giving 0 as the saturating cast does; then truncated. Exact: ``x + MAGIC`` is
         MAGIC plus x rounded to an integer, ties to even, and its bits are MAGIC_BITS plus that
         integer. An integer-valued x with z = 0 is the plain cast; with
         :func:`_rounded_plus_constant` the rounding, the zero point and the conversion are one
-        f32 add and one integer add. ``nan_free`` (:func:`_never_nan`: a requantization's
-        value) drops the NaN test, two instructions per element in every int8 epilogue."""
+        f32 add and one integer add."""
         b = self.b
         bits = b.bitcast(b.fadd(x, constant(MAGIC, ScalarType("f32"))), I32)
         r = b.add(bits, ir.Constant(I32, z - MAGIC_BITS))
-        if not nan_free:
-            r = b.select(b.fcmp_unordered("uno", x, x), ir.Constant(I32, 0), r)
+        r = b.select(b.fcmp_unordered("uno", x, x), ir.Constant(I32, 0), r)
         return r if dst.bitwidth == 32 else b.trunc(r, llvm_type(dst))
 
     def _small_int_to_f32(self, v: ir.Value, src: ScalarType) -> ir.Value:
