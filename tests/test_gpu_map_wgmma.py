@@ -90,13 +90,18 @@ def test_copies_overlapping_the_multiply_match_the_nest(case):
     m, x, want = mapped(matmul_model(trans_b=True, **MATMULS[case]),
                         "{wgmma=on wgmma-copies=overlap}")
     (launch,) = [o for o in launches(m) if o.attributes["schedule"] == "wgmma"]
-    assert launch.attributes["tile"].endswith("stages 4 overlap")
+    assert launch.attributes["tile"].endswith("stages 4")          # overlap: the default
     body = next(o for o in launch.walk() if o.name == "loop.for").regions[0].blocks[0].ops
     names = [o.name for o in body]
     assert names.index("gpu.wgmma_commit") < names.index("loop.if") < \
         names.index("gpu.wgmma_wait")
     check_close(run_main(m, x), want)
+    m2, _, _ = mapped(matmul_model(trans_b=True, **MATMULS[case]),
+                      "{wgmma=on wgmma-copies=after-wait}")
+    (launch,) = [o for o in launches(m2) if o.attributes["schedule"] == "wgmma"]
+    assert launch.attributes["tile"].endswith("stages 4 after-wait")
     from ptxc.lower.gpu_map import MapToGpu
+    assert MapToGpu().wgmma_copies == "overlap"
     with pytest.raises(ValueError, match="wgmma-copies"):
         MapToGpu(wgmma_copies="early")
 
@@ -153,9 +158,16 @@ def test_when_the_wgmma_form_is_chosen():
     big = _contraction(matmul_model(M=4096, K=2048, N=4096, trans_b=True))
     assert wgmma.choose(big, _Opts()) == wgmma.Config(256)
     assert wgmma.choose(big, _Opts(arch="sm_90a")) == wgmma.Config(256)
-    # 4096 x 768: 32 x 3 tiles of 256 leave SMs idle, 32 x 6 of 128 do not
+    # 4096 x 768: 32 x 3 tiles of 256 and 32 x 6 of 128 give under two CTAs per SM (WAVES),
+    # 32 x 12 of 128 x 64 do not
     mid = _contraction(matmul_model(M=4096, K=2048, N=768, trans_b=True))
-    assert wgmma.choose(mid, _Opts()) == wgmma.Config(128)
+    assert wgmma.choose(mid, _Opts()) == wgmma.Config(64)
+    # no tile gives two waves: the one with the most CTAs (64 x 64: 25 x 8 = 200 >= 132 SMs)
+    few = _contraction(matmul_model(M=1568, K=4608, N=512, trans_b=True))
+    assert wgmma.choose(few, _Opts()) == wgmma.Config(64, bm=64)
+    # N = 64: 128-wide tiles would be half padding; 128 x 64 (784 CTAs)
+    narrow = _contraction(matmul_model(M=100352, K=576, N=64, trans_b=True))
+    assert wgmma.choose(narrow, _Opts()) == wgmma.Config(64)
     # K too short for BN 256's pipeline (MIN_K): 128; shorter still: mma.sync
     assert wgmma.choose(_contraction(matmul_model(M=4096, K=512, N=4096, trans_b=True)),
                         _Opts()) == wgmma.Config(128)
@@ -207,19 +219,20 @@ def test_64_row_wgmma_kernel_matches_the_nest(case):
 
 
 def test_wgmma_tiles_option():
-    """``wgmma-tiles`` replaces the tiles ``auto`` tries: with 64-row tiles after the default
-    pair, a 6272 x 2304 x 256 GEMM (ResNet-50 b32's layer-3 3x3 conv), whose 128-row grids
-    (98 CTAs at BN 128) leave SMs idle, takes 64 x 128 (196 CTAs); the default keeps it on
-    mma.sync. Bad tiles are refused when the pass is built."""
+    """``wgmma-tiles`` replaces the tiles ``auto`` tries. A 6272 x 2304 x 256 GEMM (ResNet-50
+    b32's layer-3 3x3 conv) takes 64 x 64 by default (392 CTAs: the first tile with two per
+    SM); without 64 x 64 in the list no tile gives two waves and the one with the most CTAs,
+    64 x 128 (196), is taken; with only 128-row tiles (98 CTAs at BN 128) the SMs are not
+    covered: mma.sync. Bad tiles are refused when the pass is built."""
     from ptxc.lower.gpu_map import MapToGpu
     layer3 = _contraction(matmul_model(M=6272, K=2304, N=256, trans_b=True))
-    assert wgmma.choose(layer3, _Opts()) is None
+    assert wgmma.choose(layer3, _Opts()) == wgmma.Config(64, bm=64)
     opts = _Opts()
-    opts.wgmma_tiles = ("128x256", "128x128", "64x128", "64x64")
+    opts.wgmma_tiles = ("128x256", "128x128", "64x128")
     assert wgmma.choose(layer3, opts) == wgmma.Config(128, bm=64)
-    # layer 4 (M = 1568, N = 512): 25 x 4 CTAs at 64 x 128, 25 x 8 at 64 x 64
-    layer4 = _contraction(matmul_model(M=1568, K=4608, N=512, trans_b=True))
-    assert wgmma.choose(layer4, opts) == wgmma.Config(64, bm=64)
+    opts.wgmma_tiles = ("128x256", "128x128")
+    assert wgmma.choose(layer3, opts) is None
+    opts.wgmma_tiles = ("128x256", "128x128", "64x128", "64x64")
     # K too short for any BN (MIN_K; BN 64 takes BN 128's): mma.sync
     assert wgmma.choose(_contraction(matmul_model(M=6272, K=256, N=256, trans_b=True)),
                         opts) is None
@@ -269,7 +282,7 @@ def test_small_wgmma_kernels_assemble(case):
 @needs_ptxas
 @pytest.mark.slow
 @pytest.mark.parametrize("shape, tile", [((4096, 4096, 4096), "f16 wgmma 128x256x64 stages 4"),
-                                         ((4096, 4096, 768), "f16 wgmma 128x128x64 stages 4")])
+                                         ((4096, 4096, 768), "f16 wgmma 128x64x64 stages 4")])
 def test_large_wgmma_kernel_assembles_without_spills(shape, tile):
     M, K, N = shape
     m = loop_module(matmul_model(M=M, K=K, N=N, trans_b=True, bias=False, relu=False))
@@ -341,27 +354,29 @@ def test_int8_64_row_wgmma_kernel_is_bit_exact(case):
 
 
 def test_when_int8_takes_the_wgmma_form():
-    """s8 takes the wgmma form with ``wgmma=on`` (``auto`` keeps int8 mma.sync until it is
-    timed: AUTO_KINDS); its MIN_K counts 128-byte K tiles as f16's does: BN 128 from K = 1024
-    (8 tiles of 128 int8), where a grid of 128 x 128 tiles covers the SMs."""
+    """s8 takes the wgmma form under ``auto`` (AUTO_KINDS, timed in session 12) and the same
+    rule as f16; its MIN_K counts 128-byte K tiles as f16's does: BN 128 and 64 from K = 1024
+    (8 tiles of 128 int8). ``wgmma-kinds=[f16]`` keeps int8 on mma.sync."""
     from int8_ir import gemm_model
     deep = _contraction(gemm_model(4096, 1024, 1024))
     assert deep.kind == "s8" and wgmma.takes(deep)
-    assert wgmma.choose(deep, _Opts()) is None
+    # 128 x 128: 32 x 8 = 256 CTAs, under two per SM; 128 x 64: 512
+    assert wgmma.choose(deep, _Opts()) == wgmma.Config(64, bk=128)
     assert wgmma.choose(deep, _Opts(wgmma="on")) == wgmma.Config(128, bk=128)
-    both = _Opts()
-    both.wgmma_kinds = ("f16", "s8")         # map-to-gpu{wgmma-kinds=[f16,s8]}
-    assert wgmma.choose(deep, both) == wgmma.Config(128, bk=128)
-    assert wgmma.choose(_contraction(gemm_model(4096, 512, 1024)), both) is None
+    f16_only = _Opts()
+    f16_only.wgmma_kinds = ("f16",)          # map-to-gpu{wgmma-kinds=[f16]}
+    assert wgmma.choose(deep, f16_only) is None
+    assert wgmma.choose(_contraction(gemm_model(4096, 512, 1024)), _Opts()) is None
     from ptxc.lower.gpu_map import MapToGpu
     assert MapToGpu(wgmma_kinds=["f16", "s8"]).wgmma_kinds == ("f16", "s8")
     with pytest.raises(ValueError, match="wgmma-kinds"):
         MapToGpu(wgmma_kinds=["tf32"])
     m = loop_module(gemm_model(4096, 1024, 1024))
-    PassManager("map-to-gpu{wgmma-kinds=[f16,s8] arch=sm_90}").run(m)
-    assert [o.attributes["tile"] for o in launches(m)] == ["s8 wgmma 128x128x128 stages 4"]
+    PassManager("map-to-gpu{arch=sm_90}").run(m)
+    assert [o.attributes["tile"] for o in launches(m)] == ["s8 wgmma 128x64x128 stages 4"]
+    # on: the first tile whose grid covers the SMs (64 x 64: 64 x 4 = 256 CTAs)
     assert wgmma.choose(_contraction(gemm_model(4096, 512, 256)), _Opts(wgmma="on")) == \
-        wgmma.Config(256, bk=128)
+        wgmma.Config(64, bk=128, bm=64)
 
 
 @needs_ptxas

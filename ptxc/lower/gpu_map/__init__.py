@@ -153,17 +153,15 @@ class MapToGpu(Pass):
     memory (16, the default: MobileNetV2 b1 fp16 took 0.40 ms against 0.49 with the tiled
     depthwise kernels on the H200, 2026-12-02; 0 lets the tiled schedule take every nest it
     can).
-    ``wgmma``: ``auto`` (default), ``on`` or ``off``: whether large fp16 GEMMs with K-major
+    ``wgmma``: ``auto`` (default), ``on`` or ``off``: whether large GEMMs with K-major
     operands take Hopper's warpgroup MMA (gpu_map/wgmma.py; on the H200 its hand-written
     prototype reached 0.71x of cuBLAS at 4096^3 where mma.sync reached 0.50x); ``on`` takes
     every GEMM it can, whatever its size. ``wgmma-kinds`` (``[f16, s8]``; empty, the default:
-    wgmma.AUTO_KINDS, f16 only) names the element kinds ``auto`` considers: int8 builds but is
-    not yet timed, ``bench/resnet50_int8.py --variant "wgmma-kinds=[f16,s8]"`` times it.
-    ``wgmma-tiles`` (``[BMxBN, ...]``, BM 64 or 128; empty: wgmma.TILES, 128x256 then
-    128x128) the tiles ``auto`` tries in order, the first whose grid covers the SMs: 64-row
-    tiles (one warpgroup) give the GEMMs of a few thousand rows a full grid (not yet timed).
-    ``wgmma-copies``: ``after-wait`` (default) or ``overlap``, where the K loop issues the next
-    tile's copies (wgmma.COPIES; overlap is not yet timed).
+    wgmma.AUTO_KINDS, both) names the element kinds ``auto`` considers. ``wgmma-tiles``
+    (``[BMxBN, ...]``, BM 64 or 128; empty: wgmma.TILES, 128x256 down to 64x64) the tiles
+    ``auto`` tries in order, taking the first whose grid gives two CTAs per SM (wgmma.py,
+    "When"). ``wgmma-copies``: ``overlap`` (default) or ``after-wait``, where the K loop issues
+    the next tile's copies (wgmma.COPIES). Session 12 timed each on the H200 (bench/RESULTS.md).
     Never on an arch without wgmma: ``arch`` (e.g. ``sm_90``; default
     ``ptxc.ptx.default_arch()``, what lower_to_ptx builds for) is the arch
     the kernels are for; a compile passes its own.

@@ -6,8 +6,8 @@ the same instruction route, and this schedule writes that kernel from the IR).
 **int8** (session 10): the same kernel with ``wgmma .m64nNk32.s32.s8.s8``: a K tile is one
 128-byte row of 128 int8 (the same swizzle and descriptors, 16 elements per chunk), four k32
 wgmmas per tile as f16's four k16, i32 accumulators in the same D layout, bit-exact with the
-nest in the lockstep interpreter. ``auto`` leaves int8 on mma.sync until it is timed
-(:data:`AUTO_KINDS`); ``wgmma=on`` takes it.
+nest in the lockstep interpreter. Timed on the H200 (session 12): ``auto`` takes it under the
+same rule as f16 (:data:`AUTO_KINDS`).
 
 It takes what the mma schedule takes (:func:`contraction.analyze`: a MatMul, Gemm or batched
 MatMul nest of f16 operands accumulating in f32, or s8 in i32) when both operands are
@@ -42,25 +42,36 @@ is checked against the nest on the CPU); their PTX is ptxc/lower/llvm_wgmma.py's
 **When** (:func:`choose`): map-to-gpu's option ``wgmma`` (``auto``, the default; ``on``;
 ``off``) and the arch (map-to-gpu's ``arch``, else :func:`ptxc.ptx.default_arch`). Never on an
 arch other than sm_90 / sm_90a (wgmma is Hopper's; the PTX is then built for sm_90a, which runs
-on sm_90 devices only: :func:`ptxc.ptx.lower_to_ptx`). ``auto``: the first tile of
-:data:`TILES` (or map-to-gpu's ``wgmma-tiles``) that gives at least one CTA per SM
-(:data:`mma.SMS`) where K is deep enough for its BN (:data:`MIN_K`): 128 x 256 first (0.71x of
-cuBLAS at 4096^3 against 0.63x at 128, both 4 stages), else 128 x 128; smaller or shallower
-GEMMs keep mma.sync, whose split-K fills the GPU and whose staged epilogue won on ResNet-50's
-short-K 1x1 convs. ``on``: every contraction it can take, whatever its size (tests; the first
-tile whose grid covers the SMs, else the last of ``wgmma-tiles`` when given, else BM 128 and
-the smallest BN of 64, 128, 256 that covers N). A 64-row tile is one warpgroup of 128 threads.
+on sm_90 devices only: :func:`ptxc.ptx.lower_to_ptx`). ``auto``, over the tiles of
+:data:`TILES` (or map-to-gpu's ``wgmma-tiles``) in order, leaving out those whose BN is at
+least twice N (half their columns would be padding) and those K is too shallow for
+(:data:`MIN_K`): the first whose grid gives :data:`WAVES` CTAs per SM (:data:`mma.SMS`), else
+the one with the most CTAs if that covers the SMs, else none. 128 x 256 first (0.71x of cuBLAS
+at 4096^3 against 0.63x at 128, both 4 stages), then 128 x 128, 128 x 64, 64 x 128, 64 x 64.
+Shallower or smaller GEMMs keep mma.sync, whose split-K fills the GPU and whose staged
+epilogue wins on ResNet-50's short-K 1x1 convs. ``on``: every contraction it can take,
+whatever its size (tests; the first tile whose grid covers the SMs, else the last of
+``wgmma-tiles`` when given, else BM 128 and the smallest BN of 64, 128, 256 that covers N). A
+64-row tile is one warpgroup of 128 threads.
+
+The rule is session 12's H200 sweep (bench/RESULTS.md): ResNet-50 b32 with every K-major GEMM
+forced onto each tile in turn, int8 and fp16, per kernel. Two waves, not one: a GEMM of 196
+CTAs (layer 2's 3x3 convs at 128 x 128) ran 22.7 us in int8 and 30 us in fp16, at 128 x 64
+(392 CTAs) 19.0 and 26.5; the 64-row tiles took layer 3's 3x3 convs from 22 to 16 us (int8)
+and 35 to 24 (fp16). The width rule: fp16's layer-1 3x3 conv (N = 64) ran 45 us at 128 x 128
+and 32 at 128 x 64.
 The tile string (``ptxc inspect``, the kernel table) reads ``f16 wgmma 128x256x64 stages 4``.
 
 Decisions:
 
 * 4 stages: 192 KiB of dynamic shared memory at BN = 256 (one CTA per SM); 3 stages timed
   0.70x, 4 0.71x (bench/wgmma_gemm.py, 2026-12).
-* the copies of tile kt + S - 1 go after the wait, as in the timed prototype. Issuing them
-  between the commit and the wait (overlapping the multiply; ``wgmma-copies=overlap``) is as
-  safe: they fill stage (kt - 1) % S, whose wgmmas both warpgroups waited for before this
-  iteration's barrier, not stage kt % S, which the wgmmas in flight read (the interpreter
-  refuses a copy into a tile an unwaited wgmma reads). Not yet timed.
+* the copies of tile kt + S - 1 go between the commit and the wait (overlapping the
+  multiply; ``wgmma-copies=overlap``, the default): they fill stage (kt - 1) % S, whose wgmmas
+  both warpgroups waited for before this iteration's barrier, not stage kt % S, which the
+  wgmmas in flight read (the interpreter refuses a copy into a tile an unwaited wgmma reads).
+  On the H200 (session 11's forms, timed in session 12) ResNet-50 b32 went 1.061 -> 1.053 ms
+  in int8 and 1.446 -> 1.423 in fp16 against ``after-wait``, the timed prototype's order.
 * the fragment epilogue (no staging through shared memory): the mma schedule's staged
   epilogue is written for its warp tiles; a staged wgmma epilogue (or stmatrix) comes next.
 
@@ -96,12 +107,11 @@ BM, BK = 128, 64              # two warpgroups of 64 rows; one 128-byte swizzled
 #: contraction kind -> (k per wgmma, K-tile depth in elements: one 128-byte row)
 KINDS = {"f16": (16, 64), "s8": (32, 128)}
 STAGES = 4
-#: (BM, BN) tiles, largest first: ``auto`` takes the first that gives a CTA per SM (and whose
-#: BN's MIN_K the contraction reaches). map-to-gpu's ``wgmma-tiles`` replaces it
-#: (:func:`parse_tiles`), e.g. with 64-row tiles (one warpgroup, 128 threads) after these for
-#: GEMMs whose 128-row grid leaves SMs idle (ResNet-50 b32's layer-3/4 3x3 convs: M = 6272 and
-#: 1568); those are not timed yet, so the default stays the timed pair.
-TILES = ((128, 256), (128, 128))
+#: (BM, BN) tiles, largest first, as ``auto`` tries them (module docstring, "When");
+#: map-to-gpu's ``wgmma-tiles`` replaces it (:func:`parse_tiles`)
+TILES = ((128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
+#: ``auto`` takes the first tile whose grid gives this many CTAs per SM (module docstring)
+WAVES = 2
 #: the row counts a tile can have: whole warpgroups of 64 rows, at most two
 BMS = (64, 128)
 #: the column counts a tile can have
@@ -109,10 +119,10 @@ BNS = (64, 128, 256)
 #: map-to-gpu's ``wgmma`` option
 MODES = ("auto", "on", "off")
 DEFAULT_MODE = "auto"
-#: map-to-gpu's ``wgmma-copies``: where the K loop issues the next tile's copies, ``after-wait``
-#: (the default; the timed prototype's order) or ``overlap`` (between the commit and the wait,
-#: so the copies' address arithmetic runs while the tensor core multiplies; untimed)
-COPIES = ("after-wait", "overlap")
+#: map-to-gpu's ``wgmma-copies``: where the K loop issues the next tile's copies, ``overlap``
+#: (the default: between the commit and the wait, so the copies' address arithmetic runs while
+#: the tensor core multiplies) or ``after-wait`` (the hand-written prototype's order)
+COPIES = ("overlap", "after-wait")
 #: the archs that have wgmma (sm_90: built as sm_90a)
 ARCHS = ("sm_90", "sm_90a")
 #: ``auto`` takes a BN only for K at least this deep: a short K leaves the pipeline (one wait
@@ -122,14 +132,13 @@ ARCHS = ("sm_90", "sm_90a")
 #: BN = 256 is timed faster only at K = 4096 (0.76x cuBLAS against mma.sync's 0.53x)
 MIN_K = {256: 2048, 128: 512}
 #: the same in K tiles (128 bytes of k each), for every kind (s8: BN = 128 from K = 1024);
-#: BN = 64 (not timed) takes BN = 128's
+#: BN = 64 takes BN = 128's (session 12: int8 1x1 convs of K = 512 ran 18.0 us on mma.sync's
+#: staged epilogue and 22.1 at wgmma 128 x 64; f16 3x3 convs of K = 576 gained at 128 x 64)
 MIN_K_TILES = {bn: k // BK for bn, k in MIN_K.items()}
-#: the kinds ``auto`` gives the wgmma form. s8 builds (bit-exact in the lockstep interpreter,
-#: assembled by ptxas) but has not been timed on the H200 against int8 mma.sync: only ``on``
-#: takes it until a run of bench/resnet50_int8.py with ``--variant "wgmma-kinds=[f16,s8]"``
-#: (map-to-gpu's option replacing this tuple) says where it wins (auto with s8 would take
-#: ResNet-50 b32's four layer-2 3x3 convs, layer-4.0's conv1 and its projection shortcut)
-AUTO_KINDS = ("f16",)
+#: the kinds ``auto`` gives the wgmma form (map-to-gpu's ``wgmma-kinds`` replaces it). s8
+#: timed on the H200 in session 12: ResNet-50 b32's int8 3x3 convs of layers 2-4 and its
+#: layer-3/4 1x1 convs of K >= 1024 ran 10-30% faster than on int8 mma.sync
+AUTO_KINDS = ("f16", "s8")
 
 
 @attrs.frozen
@@ -142,8 +151,8 @@ class Config:
     bk: int = BK              # elements: 64 f16 or 128 s8 (one 128-byte row)
     bm: int = BM              # 128 or 64
     #: issue the next tile's copies between the commit and the wait (overlapping this tile's
-    #: multiplies), not after the wait: map-to-gpu's ``wgmma-copies=overlap`` (untimed)
-    overlap: bool = False
+    #: multiplies), not after the wait: map-to-gpu's ``wgmma-copies`` (:data:`COPIES`)
+    overlap: bool = True
 
     warps_n = 1
     wm = 64                   # rows per warpgroup (the builder's "warp tile")
@@ -164,7 +173,7 @@ class Config:
 
     def describe(self, kind: str) -> str:
         return (f"{kind} wgmma {self.bm}x{self.bn}x{self.bk} stages {self.stages}"
-                + (" overlap" if self.overlap else ""))
+                + ("" if self.overlap else " after-wait"))
 
 
 def parse_tiles(items) -> tuple:
@@ -214,13 +223,8 @@ def choose(c: Contraction, options=None) -> Config | None:
     overlap = getattr(options, "wgmma_copies", COPIES[0]) == "overlap"
     given = getattr(options, "wgmma_tiles", ())
     tiles = parse_tiles(given)
-    for bm, bn in tiles:
-        if mode != "on" and c.K < MIN_K_TILES.get(bn, MIN_K_TILES[128]) * bk:
-            continue
-        if -(-c.M // bm) * -(-c.N // bn) * c.batches >= mma.SMS:
-            cfg = Config(bn, bk=bk, bm=bm)
-            break
-    else:
+    cfg = _auto_tile(c, tiles, bk) if mode != "on" else _on_tile(c, tiles, bk)
+    if cfg is None:
         if mode != "on":
             return None
         if given:   # the smallest tile given
@@ -229,6 +233,33 @@ def choose(c: Contraction, options=None) -> Config | None:
             cfg = Config(next(bn for bn in BNS if bn >= c.N or bn == 256), bk=bk)
     cfg = attrs.evolve(cfg, overlap=overlap)
     return cfg if shared_bytes(cfg) <= mma.SHARED_LIMIT else None
+
+
+def _grid(c: Contraction, bm: int, bn: int) -> int:
+    return -(-c.M // bm) * -(-c.N // bn) * c.batches
+
+
+def _auto_tile(c: Contraction, tiles: tuple, bk: int) -> Config | None:
+    """``auto``'s tile (module docstring, "When"): of the tiles K is deep enough for and that
+    are less than twice as wide as N, the first with WAVES CTAs per SM, else the one with the
+    most CTAs where they cover the SMs, else None."""
+    fits = [(bm, bn) for bm, bn in tiles
+            if c.K >= MIN_K_TILES.get(bn, MIN_K_TILES[128]) * bk and (bn <= 64 or bn < 2 * c.N)]
+    full = [t for t in fits if _grid(c, *t) >= WAVES * mma.SMS]
+    if full:
+        bm, bn = full[0]
+    else:
+        most = max(fits, key=lambda t: _grid(c, *t), default=None)
+        if most is None or _grid(c, *most) < mma.SMS:
+            return None
+        bm, bn = most
+    return Config(bn, bk=bk, bm=bm)
+
+
+def _on_tile(c: Contraction, tiles: tuple, bk: int) -> Config | None:
+    """``on``'s tile: the first whose grid covers the SMs, whatever K, else None."""
+    return next((Config(bn, bk=bk, bm=bm) for bm, bn in tiles if _grid(c, bm, bn) >= mma.SMS),
+                None)
 
 
 class _Builder(mma._Builder):
