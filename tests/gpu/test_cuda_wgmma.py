@@ -55,7 +55,7 @@ def check(engine, got, ref, tile):
 @pytest.mark.parametrize("shape, tile", [((512, 512, 512), "f16 wgmma 128x256x64 stages 4"),
                                          ((512, 512, 128), "f16 wgmma 128x128x64 stages 4"),
                                          ((4096, 4096, 4096), "f16 wgmma 128x256x64 stages 4"),
-                                         ((4096, 512, 768), "f16 wgmma 128x128x64 stages 4")])
+                                         ((4096, 512, 768), "f16 wgmma 128x64x64 stages 4")])
 def test_gemm_fp16_on_wgmma(shape, tile, monkeypatch):
     M, K, N = shape
     model = gemm_model(M, K, N)
@@ -80,11 +80,12 @@ def test_edges_on_wgmma(monkeypatch):
 
 @pytest.mark.parametrize("options, tile", [
     (" wgmma-tiles=[64x128]", "f16 wgmma 64x128x64 stages 4"),
-    (" wgmma-copies=overlap", "f16 wgmma 128x256x64 stages 4 overlap"),
-    (" wgmma-tiles=[64x64] wgmma-copies=overlap", "f16 wgmma 64x64x64 stages 4 overlap")])
+    (" wgmma-copies=after-wait", "f16 wgmma 128x256x64 stages 4 after-wait"),
+    (" wgmma-tiles=[64x64] wgmma-copies=after-wait", "f16 wgmma 64x64x64 stages 4 after-wait")])
 def test_wgmma_variants(options, tile, monkeypatch):
-    """The untimed forms (session 11): 64-row tiles (one warpgroup) and the copies issued
-    while the tensor core multiplies, on a GEMM with edges (M, N off the tile, K % 64 != 0)."""
+    """Session 11's forms: 64-row tiles (one warpgroup), and the copies issued after the wait
+    (the default, since session 12, issues them while the tensor core multiplies), on a GEMM
+    with edges (M, N off the tile, K % 64 != 0)."""
     model = gemm_model(200, 328, 136, seed=5)
     engine = compile_fp16(model, monkeypatch, force=True, options=options)
     x = np.random.default_rng(6).standard_normal((200, 328)).astype(np.float32)
