@@ -307,6 +307,7 @@ def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None
         slots[slot_of[_ERROR]].update(first=0, last=max(len(kernels) - 1, 0))
     if target == "nvptx":
         _nvptx_metadata(m, kernels, min_blocks)
+        kernels = _static_shared_padded(m, kernels)
     table = KernelTable(tuple(BufferSlot(**s) for s in slots), tuple(kernels),
                         tuple(n for n in names if n not in output_names(f)),
                         tuple(output_names(f)), tuple(o.attributes["check"] for o in checks),
@@ -315,6 +316,19 @@ def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None
     if verify:
         _verify_text(text)
     return LLVMProgram(text, table, globals_, triple, data_layout or "", m, twins)
+
+
+def _static_shared_padded(m: ir.Module, kernels: list) -> list:
+    """The kernels' static shared bytes as ptxas counts them: where the module's dynamic shared
+    array is aligned past 16 bytes (1024 for wgmma's swizzled tiles), ptxas pads every kernel's
+    static shared memory to that alignment (inception_v1 fp16: a 20992-byte mma kernel takes
+    21504 next to a wgmma kernel)."""
+    base = m.globals.get(DYNAMIC_SHARED)
+    align = getattr(base, "align", None) or 16
+    if align <= 16:
+        return kernels
+    return [attrs.evolve(k, shared_bytes=-(-k.shared_bytes // align) * align)
+            if k.shared_bytes and not k.dynamic_shared else k for k in kernels]
 
 
 def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
