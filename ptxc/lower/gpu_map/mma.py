@@ -75,8 +75,8 @@ Hopper's warpgroup instruction instead (``schedule`` dispatches to it first; map
 ``wgmma`` option: auto, on, off).
 
 Not yet: vectorized epilogue stores, a stream-K or atomic split-K without the second kernel,
-wgmma for M/N-major operands and tf32; int8 wgmma chosen by ``auto`` (it builds, untimed:
-wgmma.py's AUTO_KINDS).
+wgmma for M/N-major operands and tf32. (int8 takes wgmma under ``auto`` since session 12:
+wgmma.py's AUTO_KINDS.)
 (More than three stages: dynamic shared memory has allowed them since 2026-12, and
 :func:`candidates` searches up to five; the default stays three.)
 """
