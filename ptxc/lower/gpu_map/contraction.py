@@ -269,3 +269,9 @@ def analyze(op: Operation) -> Contraction | None:
 
 
 __all__ = ["Contraction", "Operand", "analyze", "KINDS", "RedLoop", "_root"]
+
+
+def ctas(c: Contraction, bm: int, bn: int) -> int:
+    """The CTAs of ``c``'s grid of ``bm`` x ``bn`` output tiles (edges rounded up), over its
+    batches: what the mma and wgmma schedules compare against the SM count."""
+    return -(-c.M // bm) * -(-c.N // bn) * c.batches

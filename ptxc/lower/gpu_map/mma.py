@@ -94,7 +94,7 @@ from ...ir.core import Operation, Value
 from ...ir.types import F16, F32, I8, I32, BufferType
 from . import mma_epilogue, mma_prefetch
 from .common import add, cmp, const, delinearize, div, launch_before, mul, sub
-from .contraction import Contraction, Operand, analyze
+from .contraction import Contraction, Operand, analyze, ctas
 from .tiled import _root
 
 SCHEDULE = "mma"
@@ -262,12 +262,12 @@ def choose(c: Contraction, tiles: tuple = TILES, stages: int = STAGES) -> Config
             if valid(c, cfg)]
     if not fits:
         return None
-    full = [cfg for cfg in fits if -(-c.M // cfg.bm) * -(-c.N // cfg.bn) * c.batches >= SMS]
+    full = [cfg for cfg in fits if ctas(c, cfg.bm, cfg.bn) >= SMS]
     if full:   # the largest tile (TILES' order) within PAD_SLACK of the least padded work
         least = min(padded_work(c, cfg) for cfg in full)
         return next(cfg for cfg in full if padded_work(c, cfg) <= PAD_SLACK * least)
     cfg = fits[-1]
-    blocks = -(-c.M // cfg.bm) * -(-c.N // cfg.bn) * c.batches
+    blocks = ctas(c, cfg.bm, cfg.bn)
     kt = -(-c.K // bk)
     # too few tiles to fill the GPU: split K over more CTAs, each summing >= 4 K tiles
     splits = max(1, min(-(-SMS // blocks), kt // MIN_SPLIT_TILES, MAX_SPLITS))

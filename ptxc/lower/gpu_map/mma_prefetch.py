@@ -51,7 +51,7 @@ from ...dialects.gpu import shared
 from ...ir.builder import Builder
 from ...ir.core import Operation, Value
 from .common import add, cmp, div, mul, sub
-from .contraction import Contraction, Operand
+from .contraction import Contraction, Operand, ctas
 from .tiled import _affine, _root
 
 #: bytes per cp.async of a tile copy
@@ -119,7 +119,7 @@ def worth_it(c: Contraction, cfg) -> bool:
     from .mma import SMS
     if cfg.splits > 1 or -(-c.K // cfg.bk) > MAX_K_TILES:
         return False
-    return -(-c.M // cfg.bm) * -(-c.N // cfg.bn) * c.batches >= MIN_WAVES * SMS
+    return ctas(c, cfg.bm, cfg.bn) >= MIN_WAVES * SMS
 
 
 def chosen(c: Contraction, cfg) -> list[TileLoad]:

@@ -100,7 +100,7 @@ from ...ir.builder import Builder
 from ...ir.core import Operation, Value
 from . import mma
 from .common import add, cmp, const, div, launch_before, mul, sub
-from .contraction import Contraction
+from .contraction import Contraction, ctas
 
 SCHEDULE = "wgmma"
 BM, BK = 128, 64              # two warpgroups of 64 rows; one 128-byte swizzled row of K (f16)
@@ -130,9 +130,9 @@ ARCHS = ("sm_90", "sm_90a")
 #: 2026-12-02): every 1x1 conv with K <= 512 ran 20-50% slower in 128 x 256 wgmma tiles than
 #: in the staged mma.sync kernel; 128 x 128 wgmma tiles ran 0-9% faster at K = 512 .. 2048;
 #: BN = 256 is timed faster only at K = 4096 (0.76x cuBLAS against mma.sync's 0.53x)
-MIN_K = {256: 2048, 128: 512}
+MIN_K = {256: 2048, 128: 512, 64: 512}
 #: the same in K tiles (128 bytes of k each), for every kind (s8: BN = 128 from K = 1024);
-#: BN = 64 takes BN = 128's (session 12: int8 1x1 convs of K = 512 ran 18.0 us on mma.sync's
+#: BN = 64 as BN = 128 (session 12: int8 1x1 convs of K = 512 ran 18.0 us on mma.sync's
 #: staged epilogue and 22.1 at wgmma 128 x 64; f16 3x3 convs of K = 576 gained at 128 x 64)
 MIN_K_TILES = {bn: k // BK for bn, k in MIN_K.items()}
 #: the kinds ``auto`` gives the wgmma form (map-to-gpu's ``wgmma-kinds`` replaces it). s8
@@ -235,22 +235,18 @@ def choose(c: Contraction, options=None) -> Config | None:
     return cfg if shared_bytes(cfg) <= mma.SHARED_LIMIT else None
 
 
-def _grid(c: Contraction, bm: int, bn: int) -> int:
-    return -(-c.M // bm) * -(-c.N // bn) * c.batches
-
-
 def _auto_tile(c: Contraction, tiles: tuple, bk: int) -> Config | None:
     """``auto``'s tile (module docstring, "When"): of the tiles K is deep enough for and that
     are less than twice as wide as N, the first with WAVES CTAs per SM, else the one with the
     most CTAs where they cover the SMs, else None."""
     fits = [(bm, bn) for bm, bn in tiles
-            if c.K >= MIN_K_TILES.get(bn, MIN_K_TILES[128]) * bk and (bn <= 64 or bn < 2 * c.N)]
-    full = [t for t in fits if _grid(c, *t) >= WAVES * mma.SMS]
+            if c.K >= MIN_K_TILES[bn] * bk and (bn <= 64 or bn < 2 * c.N)]
+    full = [t for t in fits if ctas(c, *t) >= WAVES * mma.SMS]
     if full:
         bm, bn = full[0]
     else:
-        most = max(fits, key=lambda t: _grid(c, *t), default=None)
-        if most is None or _grid(c, *most) < mma.SMS:
+        most = max(fits, key=lambda t: ctas(c, *t), default=None)
+        if most is None or ctas(c, *most) < mma.SMS:
             return None
         bm, bn = most
     return Config(bn, bk=bk, bm=bm)
@@ -258,7 +254,7 @@ def _auto_tile(c: Contraction, tiles: tuple, bk: int) -> Config | None:
 
 def _on_tile(c: Contraction, tiles: tuple, bk: int) -> Config | None:
     """``on``'s tile: the first whose grid covers the SMs, whatever K, else None."""
-    return next((Config(bn, bk=bk, bm=bm) for bm, bn in tiles if _grid(c, bm, bn) >= mma.SMS),
+    return next((Config(bn, bk=bk, bm=bm) for bm, bn in tiles if ctas(c, bm, bn) >= mma.SMS),
                 None)
 
 
