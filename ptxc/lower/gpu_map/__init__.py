@@ -94,6 +94,12 @@ def _check_stages(instance, attribute, value):
         raise ValueError(f"mma-stages must be 0 (the schedule's choice) or 2 to 8, is {value!r}")
 
 
+def _check_m_tiles(instance, attribute, value):
+    if not isinstance(value, int) or not 0 <= value <= 16:
+        raise ValueError(f"mma-m-tiles must be a count of output tiles per CTA in [0, 16] (0: "
+                         f"the schedule's choice), is {value!r}")
+
+
 def _check_tiles(instance, attribute, value):
     mma.parse_tiles(value)
 
@@ -172,6 +178,8 @@ class MapToGpu(Pass):
     ``mma-stages`` (0: the schedule's 3) and ``mma-tiles`` (``[BMxBNxWARPS_MxWARPS_N, ...]``,
     largest first; empty: mma.TILES): the mma.sync schedule's cp.async stages and the CTA
     tiles its heuristic picks from, for tuning runs (``bench/resnet50_int8.py --variant``).
+    ``mma-m-tiles`` (0: mma.m_tiles decides): output tiles each mma.sync CTA computes in turn,
+    the next one's copies in flight during this one's epilogue (mma.py, "M tiles").
 
     Before:
         "builtin.module"() ({
@@ -230,6 +238,7 @@ class MapToGpu(Pass):
     arch: str = attrs.field(default="", validator=_check_arch)
     mma_min_blocks: int = attrs.field(default=0, validator=_check_min_blocks)
     mma_stages: int = attrs.field(default=0, validator=_check_stages)
+    mma_m_tiles: int = attrs.field(default=0, validator=_check_m_tiles)
     mma_tiles: tuple[str, ...] = attrs.field(default=(), converter=tuple,
                                              validator=_check_tiles)
     wgmma_tiles: tuple[str, ...] = attrs.field(default=(), converter=tuple,

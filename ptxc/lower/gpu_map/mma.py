@@ -64,6 +64,24 @@ region does not fit the shared memory. The tile string (``ptxc inspect``; the be
 (a fused residual) and the main loop is short against many waves of CTAs, that tile is copied
 into shared memory by cp.async before the main loop, and the point program reads it there.
 
+**M tiles** (``Config.m_tiles``, map-to-gpu's ``mma-m-tiles``): a CTA computes ``T``
+consecutive output tiles along M in turn, its K tiles flattened over them (``i = t * KT +
+kt``), so the copies that run ``S - 1`` K tiles ahead cross into the next output tile: while
+the warps run tile ``t``'s epilogue, tile ``t + 1``'s operands (and its epilogue tiles, in
+their own slot: mma_prefetch.slots) are already in flight. Without it a CTA loads, multiplies,
+then runs its epilogue with nothing in flight, and short-K kernels (ResNet's 1x1 convs: one
+or two K tiles) spend most of their time in one phase or the other::
+
+    for t in 0 .. T:                           (grid.y = ceil(M tiles / T))
+      for kt in 0 .. KT: i = t KT + kt
+        wait(S - 2); barrier; copy K tile i + S - 1 (next output tile's when kt + S - 1 >= KT;
+        its epilogue tiles with its K tile 0); commit; mma on stage i % S
+      if first + t < M tiles: epilogue of tile first + t
+
+Stages are cut to KT + 1 (one output tile ahead). A tile's slot of the epilogue tiles is
+rewritten only after the barrier of the first K tile after its epilogue; the staged
+epilogue's warp region likewise. :func:`with_m_tiles` keeps two CTAs per SM at least.
+
 **Tuning options**: map-to-gpu's ``mma-tiles`` replaces :data:`TILES` and ``mma-stages`` the
 stage count (:func:`parse_tiles`, :func:`choose`), for runs such as ``bench/resnet50_int8.py
 --variant``. Measured (ResNet-50 b32, H200, 2026-12-02): 8-warp tiles (128x128 in 2x4 warps,
@@ -140,6 +158,8 @@ class Config:
     stages: int = STAGES
     splits: int = 1           # split-K: CTAs per output tile, each summing a K range
     epilogue: str = "fragment"  # or "staged": mma_epilogue.py
+    m_tiles: int = 1          # output tiles per CTA, along M: the next one's copies run
+                              # during this one's epilogue (module docstring, "M tiles")
 
     @property
     def wm(self) -> int:
@@ -158,7 +178,8 @@ class Config:
         [epilogue staged]``."""
         return (f"{kind} {self.bm}x{self.bn}x{self.bk} warps {self.warps_m}x{self.warps_n} "
                 f"stages {self.stages}" + (f" split-K {self.splits}" if self.splits > 1 else "")
-                + (f" epilogue {self.epilogue}" if self.epilogue != "fragment" else ""))
+                + (f" epilogue {self.epilogue}" if self.epilogue != "fragment" else "")
+                + (f" m-tiles {self.m_tiles}" if self.m_tiles > 1 else ""))
 
 
 def _mn_dims(c: Contraction, x: Operand) -> list:
@@ -348,6 +369,7 @@ class _Builder:
         self.kts = -(-self.kt // cfg.splits)           # K tiles per split
         self.lay = {id(c.a): layout(c, c.a), id(c.b): layout(c, c.b)}
         self.tiles = {}     # point-program loads read from shared tiles (mma_prefetch.py)
+        self.slot = None    # the current output tile's slot in them (M tiles: mma_prefetch.slots)
 
     # -- shared tiles
     def _tile_shape(self, x: Operand) -> tuple:
@@ -372,7 +394,8 @@ class _Builder:
 
     def build(self) -> Operation:
         c, cfg = self.c, self.cfg
-        grid = (-(-c.N // cfg.bn), -(-c.M // cfg.bm), c.batches * cfg.splits)
+        T = cfg.m_tiles
+        grid = (-(-c.N // cfg.bn), -(-(-(-c.M // cfg.bm)) // T), c.batches * cfg.splits)
         top = Builder.before_op(c.nest.op)
         self.ws = None
         if cfg.splits > 1:     # partial sums, reduced by a second kernel (_reduce_splits)
@@ -394,50 +417,90 @@ class _Builder:
         wni = sub(b, warp, mul(b, wmi, cfg.warps_n))
         self.wm0 = mul(b, wmi, cfg.wm)
         self.wn0 = mul(b, wni, cfg.wn)
-        self.base = {id(c.a): mul(b, block_id(b, 1), cfg.bm), id(c.b): mul(b, block_id(b, 0), cfg.bn)}
+        self.base = {id(c.b): mul(b, block_id(b, 0), cfg.bn)}
+        first = block_id(b, 1) if T == 1 else mul(b, block_id(b, 1), T)   # the CTA's first M tile
         bz = block_id(b, 2)
         self.batch_lin = div(b, bz, cfg.splits)
         self.split = _rem(b, bz, cfg.splits) if cfg.splits > 1 else None
         self.batch = _index_values(b, c, c.batch, self.batch_lin) if c.batch else {}
         kt0 = mul(b, self.split, self.kts) if self.split is not None else None
-        # the epilogue's tiles (a residual) first, one group: the loop's first wait covers it
-        self.tiles = mma_prefetch.issue(self, b, tiles)
+        # the epilogue's tiles (a residual) go with the copies of their output tile's K tile 0
+        self.tiles = mma_prefetch.allocate(self, b, tiles)
+        if cfg.epilogue == "staged":
+            mma_epilogue.allocate(self, b)
+        n_slots = mma_prefetch.slots(c, cfg)
+        steps = T * self.kts     # the CTA's K tiles, output tile after output tile
+
+        def copy(cb: Builder, i: Value) -> None:
+            """Copies of the CTA's K tile ``i`` (flattened over its output tiles)."""
+            if T == 1:
+                t, kt = None, i
+            elif self.kts == 1:
+                t, kt = i, None
+            else:
+                t = div(cb, i, self.kts)
+                kt = sub(cb, i, mul(cb, t, self.kts))
+            m0 = mul(cb, first if t is None else add(cb, first, t), cfg.bm)
+            if self.tiles:
+                slot = None if n_slots == 1 else _rem(cb, t, n_slots)
+                if kt is None:
+                    mma_prefetch.issue(self, cb, self.tiles, m0, slot)
+                else:
+                    _, tb = if_op(cb, cmp(cb, "eq", kt, 0))
+                    mma_prefetch.issue(self, tb, self.tiles, m0, slot)
+            kt = const(cb, 0) if kt is None else kt
+            self._copy(cb, _rem(cb, i, cfg.stages), add(cb, kt0, kt) if kt0 is not None else kt,
+                       m0)
+
         for s in range(cfg.stages - 1):   # S - 1 groups, empty past the last tile, so that
-            if s < self.kts:                # the loop's wait(S - 2) always means "tile kt"
-                self._copy(b, const(b, s), add(b, kt0, s) if kt0 is not None else const(b, s))
+            if s < steps:                   # the loop's wait(S - 2) always means "tile i"
+                copy(b, const(b, s))
             b.create("gpu.cp_async_commit", [])
         zero = b.create("arith.constant", [], {"value": _zero(self.acc_t),
                                                "type": self.acc_t}).result
         mi_n, ni_n = cfg.wm // 16, cfg.wn // 8
-        accs = [zero] * (mi_n * ni_n * 4)
-        loop, fb, kt, carried = for_loop(b, 0, self.kts, 1, inits=accs)
+        if T == 1:
+            tb, t = b, None
+        else:
+            _, tb, t, _ = for_loop(b, 0, T, 1)
+        self.base[id(c.a)] = mul(tb, first if t is None else add(tb, first, t), cfg.bm)
+        self.slot = None if n_slots == 1 else _rem(tb, t, n_slots)
+        loop, fb, kt, carried = for_loop(tb, 0, self.kts, 1, inits=[zero] * (mi_n * ni_n * 4))
+        i = kt if t is None else add(fb, mul(fb, t, self.kts), kt)
         fb.create("gpu.cp_async_wait", [], {"pending": cfg.stages - 2})
         barrier(fb)
-        nxt = add(fb, kt, cfg.stages - 1)
-        _, ib = if_op(fb, cmp(fb, "lt", nxt, self.kts))
-        self._copy(ib, _rem(ib, nxt, cfg.stages), add(ib, kt0, nxt) if kt0 is not None else nxt)
+        nxt = add(fb, i, cfg.stages - 1)
+        _, ib = if_op(fb, cmp(fb, "lt", nxt, steps))
+        copy(ib, nxt)
         fb.create("gpu.cp_async_commit", [])
-        stage = _rem(fb, kt, cfg.stages)
+        stage = _rem(fb, i, cfg.stages)
         acc = list(carried)
         for kk in range(self.bk // self.ks):
             acc = self._step(fb, stage, kk * self.ks, acc)
         fb.create("loop.yield", acc)
+        eb = tb
+        m_tiles = -(-c.M // cfg.bm)
+        if m_tiles % T:   # the last CTA's tiles past M: no epilogue (their copies were empty)
+            _, eb = if_op(tb, cmp(tb, "lt", add(tb, first, t), m_tiles))
         if cfg.epilogue == "staged":
-            mma_epilogue.staged(self, b, list(loop.results))
+            mma_epilogue.staged(self, eb, list(loop.results))
         else:
-            self._epilogue(b, list(loop.results))
+            self._epilogue(eb, list(loop.results))
         if self.ws is not None:
             self._reduce_splits()
         return launch
 
     # -- global -> shared
-    def _copy(self, b: Builder, stage: Value, kt: Value) -> None:
+    def _copy(self, b: Builder, stage: Value, kt: Value, m0: Value | None = None) -> None:
+        """K tile ``kt`` of both operands into ``stage``; A's rows from ``m0`` (default: the
+        CTA's output tile, ``self.base``)."""
         for x in (self.c.a, self.c.b):
             lay = self.lay[id(x)]
+            base = m0 if x is self.c.a and m0 is not None else self.base[id(x)]
             if lay.vector:
-                self._copy_vector(b, x, lay, stage, kt)
+                self._copy_vector(b, x, lay, stage, kt, base)
             else:
-                self._copy_scalar(b, x, stage, kt)
+                self._copy_scalar(b, x, stage, kt, base)
 
     def _operand_syms(self, b, x: Operand, mn: Value, k: Value) -> dict:
         syms = dict(self.batch)
@@ -448,7 +511,7 @@ class _Builder:
     def _extent(self, x: Operand) -> int:
         return self.c.M if x is self.c.a else self.c.N
 
-    def _copy_vector(self, b, x: Operand, lay: Layout, stage, kt) -> None:
+    def _copy_vector(self, b, x: Operand, lay: Layout, stage, kt, base: Value) -> None:
         c, cfg = self.c, self.cfg
         v = self.vec * lay.chunk // 16      # elements per cp.async
         rows = cfg.bm if x is c.a else cfg.bn
@@ -464,10 +527,10 @@ class _Builder:
             hi, lo = div(b, ch, per), mul(b, _rem(b, ch, per), v)
             r, col = (hi, lo)
             if lay.kmajor:   # hi: the M/N row, lo: the k offset
-                mn, k = add(b, self.base[id(x)], hi), add(b, mul(b, kt, self.bk), lo)
+                mn, k = add(b, base, hi), add(b, mul(b, kt, self.bk), lo)
                 mn_c, k_c = _min(b, mn, mn_total - 1), _min(b, k, c.K - v)
             else:            # hi: the k row, lo: the M/N offset
-                mn, k = add(b, self.base[id(x)], lo), add(b, mul(b, kt, self.bk), hi)
+                mn, k = add(b, base, lo), add(b, mul(b, kt, self.bk), hi)
                 mn_c, k_c = _min(b, mn, mn_total - v), _min(b, k, c.K - 1)
             pred = _and(b, cmp(b, "lt", mn, mn_total), cmp(b, "lt", k, c.K))
             if live is not None:
@@ -477,7 +540,7 @@ class _Builder:
             b.create("gpu.cp_async", [self.flat[id(x)], [lin], self.s[id(x)], [stage, r, col],
                                       pred], {"bytes": lay.chunk})
 
-    def _copy_scalar(self, b, x: Operand, stage, kt) -> None:
+    def _copy_scalar(self, b, x: Operand, stage, kt, base: Value) -> None:
         """Element by element, k fastest across threads when k is the operand's contiguous
         direction, else M/N fastest; zero past the edges; stored K-major."""
         c, cfg = self.c, self.cfg
@@ -492,7 +555,7 @@ class _Builder:
                 row, kk = div(b, e, self.bk), _rem(b, e, self.bk)
             else:
                 kk, row = div(b, e, rows), _rem(b, e, rows)
-            mn, k = add(b, self.base[id(x)], row), add(b, mul(b, kt, self.bk), kk)
+            mn, k = add(b, base, row), add(b, mul(b, kt, self.bk), kk)
             pred = _and(b, cmp(b, "lt", mn, mn_total), cmp(b, "lt", k, c.K))
             idx = _indices(b, x, self._operand_syms(b, x, _min(b, mn, mn_total - 1),
                                                     _min(b, k, c.K - 1)))
@@ -602,7 +665,7 @@ class _Builder:
         for o in c.epilogue:
             tile = self.tiles.get(id(o))
             if tile is not None:    # read from its shared tile (mma_prefetch.py)
-                mapping[o.results[0]] = mma_prefetch.read(self, b, tile, m, n)
+                mapping[o.results[0]] = mma_prefetch.read(self, b, tile[0], m, n)
             else:
                 b.insert(o.clone(mapping))
 
@@ -665,11 +728,40 @@ def schedule(op: Operation, options=None) -> Operation | None:
     epilogue = getattr(options, "mma_epilogue", mma_epilogue.DEFAULT_EPILOGUE)
     if epilogue != cfg.epilogue and valid(c, staged := attrs.evolve(cfg, epilogue=epilogue)):
         cfg = staged
+    cfg = with_m_tiles(c, cfg, getattr(options, "mma_m_tiles", 0) or m_tiles(c, cfg))
     launch = _Builder(c, cfg).build()
     blocks = getattr(options, "mma_min_blocks", 0) or min_blocks(c, cfg)
     if blocks > 1:
         launch.attributes["min_blocks"] = blocks
     return launch
+
+
+def m_tiles(c: Contraction, cfg: Config) -> int:
+    """Output tiles per CTA (module docstring, "M tiles") where map-to-gpu's ``mma-m-tiles``
+    does not say: 1, until the H200 has timed more."""
+    return 1
+
+
+#: M tiles never leave fewer CTAs than this many per SM (:func:`with_m_tiles`)
+M_TILES_MIN_CTAS = 2
+
+
+def with_m_tiles(c: Contraction, cfg: Config, tiles: int) -> Config:
+    """``cfg`` computing up to ``tiles`` output tiles per CTA: fewer where the grid would drop
+    under :data:`M_TILES_MIN_CTAS` CTAs per SM (a CTA's tiles run one after the other, so
+    fewer CTAs than the SMs hold leave SMs idle), its stages cut to the K tiles + 1 (the
+    copies then run one output tile ahead: more would only take shared memory for more
+    epilogue tile slots); ``cfg`` itself under split-K, or where that would not be valid."""
+    m_tiles = -(-c.M // cfg.bm)
+    per_m = ctas(c, cfg.bm, cfg.bn) // m_tiles      # CTAs per row of M tiles
+    tiles = min(tiles, m_tiles)
+    while tiles > 1 and -(-m_tiles // tiles) * per_m < M_TILES_MIN_CTAS * SMS:
+        tiles -= 1
+    if tiles <= 1 or cfg.splits > 1:
+        return cfg
+    kts = -(-c.K // cfg.bk)
+    out = attrs.evolve(cfg, m_tiles=tiles, stages=max(2, min(cfg.stages, kts + 1)))
+    return out if valid(c, out) else cfg
 
 
 def min_blocks(c: Contraction, cfg: Config) -> int:

@@ -109,13 +109,20 @@ def staging_bytes(cfg, acc_bytes: int = 4) -> int:
     return w * r * n * acc_bytes
 
 
+def allocate(bld, b) -> None:
+    """The staging region of mma ``_Builder`` ``bld`` (``bld.staging``), in the launch body
+    ``b`` before its loops (``gpu.shared`` lives at the launch's top level)."""
+    bld.staging = shared(b, staging_shape(bld.cfg), bld.acc_t)
+
+
 def staged(bld, b, acc: list) -> None:
-    """The staged epilogue of mma ``_Builder`` ``bld`` into the launch body ``b`` (module
-    docstring); ``acc`` is the main loop's accumulators, ``[mi][ni][4]`` flattened."""
+    """The staged epilogue of mma ``_Builder`` ``bld`` at ``b`` (module docstring), through
+    its region (:func:`allocate`); ``acc`` is the main loop's accumulators, ``[mi][ni][4]``
+    flattened."""
     c, cfg = bld.c, bld.cfg
     lane, warp = bld.lane, bld.warp
     mi_n, ni_n, wn = cfg.wm // 16, cfg.wn // 8, cfg.wn
-    sE = shared(b, staging_shape(cfg), bld.acc_t)
+    sE = bld.staging
     g = div(b, lane, 4)
     t2 = mul(b, sub(b, lane, mul(b, g, 4)), 2)
     m_warp = add(b, bld.base[id(c.a)], bld.wm0)

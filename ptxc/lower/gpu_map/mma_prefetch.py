@@ -130,25 +130,44 @@ def chosen(c: Contraction, cfg) -> list[TileLoad]:
     return [t for t in tile_loads(c) if t.element_bytes <= MAX_ELEMENT_BYTES]
 
 
+def slots(c: Contraction, cfg) -> int:
+    """Tiles of each epilogue load in shared memory at once: 1, or where a CTA computes
+    ``cfg.m_tiles`` output tiles (mma.py, "M tiles"), enough for the tiles whose copies run
+    ahead of the epilogue that reads the oldest: the copies run ``stages - 1`` K tiles ahead,
+    so ``ceil((stages - 1) / K tiles) + 1`` (K = one tile, 2 stages: 2). A tile's slot is
+    rewritten only after the block barrier that follows its epilogue (mma.py)."""
+    if cfg.m_tiles == 1:
+        return 1
+    kts = -(-c.K // cfg.bk)
+    return -(-(cfg.stages - 1) // kts) + 1
+
+
 def tile_bytes(c: Contraction, cfg) -> int:
     """Shared bytes the epilogue tiles of ``c`` take at ``cfg``."""
-    return sum(cfg.bm * cfg.bn * t.element_bytes for t in chosen(c, cfg))
+    return slots(c, cfg) * sum(cfg.bm * cfg.bn * t.element_bytes for t in chosen(c, cfg))
 
 
-def issue(bld, b: Builder, tiles: list) -> dict:
-    """In the launch body ``b`` of mma ``_Builder`` ``bld``: a shared tile per ``(TileLoad,
-    flat view of its root buffer)`` of ``tiles`` (:func:`chosen`, the views made before the
-    launch), its cp.asyncs and one commit. Returns {id(load op): shared tile}."""
+def allocate(bld, b: Builder, tiles: list) -> dict:
+    """In the launch body ``b`` of mma ``_Builder`` ``bld``: the shared tiles of ``tiles``
+    (``(TileLoad, flat view of its root buffer)``, :func:`chosen`, the views made before the
+    launch), ``[slots x BM][BN]`` each. Returns {id(load op): (shared tile, TileLoad, view)}."""
+    n = slots(bld.c, bld.cfg)
+    return {id(t.op): (shared(b, (n * bld.cfg.bm, bld.cfg.bn), t.operand.element), t, flat)
+            for t, flat in tiles}
+
+
+def issue(bld, b: Builder, tiles: dict, m0: Value, slot) -> None:
+    """The cp.asyncs of the output tile at M offset ``m0`` of every tile of ``tiles``
+    (:func:`allocate`) into its slot ``slot`` (an index value, or None: the only slot). No
+    commit: the caller's group (the K tile these copies go with) covers them."""
     from .mma import _index_values, _linear, _min, _and
     c, cfg = bld.c, bld.cfg
-    out = {}
-    for t, flat in tiles:
+    for s, t, flat in tiles.values():
         x = t.operand
         v = CHUNK // t.element_bytes
-        s = shared(b, (cfg.bm, cfg.bn), x.element)
         per = cfg.bn // v                      # chunks per tile row
         total = cfg.bm * per
-        m0, n0 = bld.base[id(c.a)], bld.base[id(c.b)]
+        n0 = bld.base[id(c.b)]
         for it in range(-(-total // cfg.threads)):
             ch = add(b, bld.tid, it * cfg.threads)
             live = cmp(b, "lt", ch, total) if (it + 1) * cfg.threads > total else None
@@ -163,20 +182,21 @@ def issue(bld, b: Builder, tiles: list) -> dict:
             syms = dict(bld.batch)
             syms.update(_index_values(b, c, c.m_dims, _min(b, m, c.M - 1)))
             syms.update(_index_values(b, c, c.n_dims, _min(b, n, c.N - v)))
-            b.create("gpu.cp_async", [flat, [_linear(b, x, syms)], s, [row, col], pred],
+            srow = row if slot is None else add(b, mul(b, slot, cfg.bm), row)
+            b.create("gpu.cp_async", [flat, [_linear(b, x, syms)], s, [srow, col], pred],
                      {"bytes": CHUNK})
-        out[id(t.op)] = s
-    if out:
-        b.create("gpu.cp_async_commit", [])
-    return out
 
 
 def read(bld, b: Builder, tile: Value, m: Value, n: Value) -> Value:
     """The point program's value of a tile load at output (``m``, ``n``): its shared tile at
-    ``(m - m0, n - n0)``."""
+    ``(m - m0, n - n0)``, in the current output tile's slot (``bld.slot``; None: the only
+    one)."""
     c = bld.c
-    return b.create("loop.load", [tile, [sub(b, m, bld.base[id(c.a)]),
-                                         sub(b, n, bld.base[id(c.b)])]]).result
+    row = sub(b, m, bld.base[id(c.a)])
+    if bld.slot is not None:
+        row = add(b, mul(b, bld.slot, bld.cfg.bm), row)
+    return b.create("loop.load", [tile, [row, sub(b, n, bld.base[id(c.b)])]]).result
 
 
-__all__ = ["TileLoad", "tile_loads", "worth_it", "chosen", "tile_bytes", "issue", "read"]
+__all__ = ["TileLoad", "tile_loads", "worth_it", "chosen", "slots", "tile_bytes", "allocate",
+           "issue", "read"]
