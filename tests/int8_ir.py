@@ -27,7 +27,7 @@ def _c(name, arr):
 
 
 def _qdq_layer(nodes, inits, rng, x_name, w_q, w_axis, n_out, k, zx, relu, residual, out_shape,
-               res_shape, layer):
+               res_shape, layer, zy=-3):
     """DQ(x) -> layer(DQ(w), DQ(bias)) -> [relu] -> [+ DQ(r)] -> Q -> y (int8)."""
     xs = np.float32(0.05)
     ws = (rng.uniform(0.5, 1.5, n_out) / 64).astype(np.float32)
@@ -35,7 +35,7 @@ def _qdq_layer(nodes, inits, rng, x_name, w_q, w_axis, n_out, k, zx, relu, resid
     inits += [_c("xs", xs), _c("xz", np.int8(zx)), _c("wq", w_q), _c("ws", ws),
               _c("wz", np.zeros(n_out, np.int8)), _c("bq", bias), _c("bs", xs * ws),
               _c("bz", np.zeros(n_out, np.int32)),
-              _c("ys", np.float32(0.05 * np.sqrt(k) / 8)), _c("yz", np.int8(-3))]
+              _c("ys", np.float32(0.05 * np.sqrt(k) / 8)), _c("yz", np.int8(zy))]
     nodes += [helper.make_node("DequantizeLinear", [x_name, "xs", "xz"], ["xf"], name="dq_x"),
               helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wf"], name="dq_w",
                                axis=w_axis),
@@ -66,14 +66,15 @@ def _model(nodes, ins, outs, inits, x_shape):
     return m
 
 
-def gemm_model(M, K, N, zx=0, relu=True, residual=False, seed=0):
-    """y = Q(relu(DQ(x) @ DQ(wq).T + DQ(bq)) [+ DQ(r)]) with x int8 [M, K], wq int8 [N, K]."""
+def gemm_model(M, K, N, zx=0, relu=True, residual=False, seed=0, zy=-3):
+    """y = Q(relu(DQ(x) @ DQ(wq).T + DQ(bq)) [+ DQ(r)]) with x int8 [M, K], wq int8 [N, K];
+    ``zy`` the output's zero point."""
     rng = np.random.default_rng(seed)
     wq = rng.integers(-127, 128, (N, K)).astype(np.int8)
     nodes, inits = [], []
     ins, outs = _qdq_layer(
         nodes, inits, rng, "x", wq, 0, N, K, zx, relu, residual, [M, N], [M, N],
-        lambda x, w, b, y: helper.make_node("Gemm", [x, w, b], [y], name="fc", transB=1))
+        lambda x, w, b, y: helper.make_node("Gemm", [x, w, b], [y], name="fc", transB=1), zy)
     return _model(nodes, ins, outs, inits, [M, K])
 
 
@@ -97,8 +98,10 @@ def matmul_integer_model(M, K, N, a_uint8=False, a_zero=0, w_uint8=False, seed=0
     return m
 
 
-def conv_model(N, C, H, W, K, R, S, stride=1, pad=0, zx=0, relu=True, residual=False, seed=0):
-    """y = Q(relu(conv(DQ(x), DQ(wq)) + DQ(bq)) [+ DQ(r)]), x int8 [N, C, H, W] (NCHW)."""
+def conv_model(N, C, H, W, K, R, S, stride=1, pad=0, zx=0, relu=True, residual=False, seed=0,
+               zy=-3):
+    """y = Q(relu(conv(DQ(x), DQ(wq)) + DQ(bq)) [+ DQ(r)]), x int8 [N, C, H, W] (NCHW); ``zy``
+    the output's zero point."""
     rng = np.random.default_rng(seed)
     wq = rng.integers(-127, 128, (K, C, R, S)).astype(np.int8)
     P = (H + 2 * pad - R) // stride + 1
@@ -108,7 +111,7 @@ def conv_model(N, C, H, W, K, R, S, stride=1, pad=0, zx=0, relu=True, residual=F
         nodes, inits, rng, "x", wq, 0, K, C * R * S, zx, relu, residual, [N, K, P, Q],
         [N, K, P, Q],
         lambda x, w, b, y: helper.make_node("Conv", [x, w, b], [y], name="conv",
-                                            strides=[stride, stride], pads=[pad] * 4))
+                                            strides=[stride, stride], pads=[pad] * 4), zy)
     return _model(nodes, ins, outs, inits, [N, C, H, W])
 
 

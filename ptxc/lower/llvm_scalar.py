@@ -36,11 +36,15 @@ exact (add, sub, mul, div, sqrt, comparisons, casts). Choices that keep to the r
   forms use the f32 number ``MAGIC = 1.5 * 2**23`` instead (both targets, one code path):
   ``math.roundeven`` of an f32 clamped into ``[-2**22, 2**22]`` is ``(x + MAGIC) - MAGIC``
   with x's sign (the add rounds to an integer, ties to even: ``MAGIC + x`` lies in
-  ``[2**23, 2**24]``, where the ulp is 1; the sign keeps rint's -0.0); ``arith.cast`` to an int of at most 32 bits of an integer-valued f32 clamped
-  into that range is ``bits(v + MAGIC) - bits(MAGIC)`` (NaN selects 0, as the saturating cast
-  gives); an int that needs at most 22 bits (a widened int8, a dequantization's ``x - zp``)
-  to f32 is ``float(bits(MAGIC) + v) - MAGIC``. Example (the
-  requantization of an int8 layer, i8 result, zero point 0)::
+  ``[2**23, 2**24]``, where the ulp is 1; the sign keeps rint's -0.0); ``arith.cast`` to an
+  int of at most 32 bits of an integer-valued f32 clamped into that range is
+  ``bits(v + MAGIC) - bits(MAGIC)`` (NaN selects 0, as the saturating cast gives; where v
+  provably is never NaN, a requantized accumulator, :func:`_finite_bound`, the select goes,
+  and a cast to 8 or 16 bits takes ``MAGIC + 128`` so that an integer add stays between the
+  f32 add and the byte store: an H200 stored wrong bytes straight from an ``add.rn.f32``,
+  see :meth:`ScalarEmitter._rounded_to_int`); an int that needs at most 22 bits (a widened
+  int8, a dequantization's ``x - zp``) to f32 is ``float(bits(MAGIC) + v) - MAGIC``. Example
+  (the requantization of an int8 layer, i8 result, zero point 0)::
 
       %c = arith.min (arith.max %y, -4194304.0), 4194304.0;  %r = math.roundeven %c
       %m = arith.min (arith.max %r, -128.0), 127.0;          %q = arith.cast %m to i8
@@ -174,6 +178,12 @@ MAGIC = 12582912.0
 MAGIC_BITS = 0x4B400000
 #: the magnitude below which the MAGIC forms are exact
 SMALL = 2.0 ** 22
+#: MAGIC + 128, for a cast to 8 or 16 bits without its NaN select: even, so ``x + OFFSET_MAGIC``
+#: still rounds ties to even, and ``z - OFFSET_MAGIC_BITS`` keeps a nonzero low byte where
+#: ``z - MAGIC_BITS`` has none (:meth:`ScalarEmitter._rounded_to_int`); exact for x in
+#: [-SMALL - 128, SMALL - 128]
+OFFSET_MAGIC = MAGIC + 128
+OFFSET_MAGIC_BITS = MAGIC_BITS + 128
 
 
 def _range(v, depth: int = 8) -> tuple[float, float]:
@@ -273,6 +283,92 @@ def _integral(v, depth: int = 8) -> bool:
     if op.name in ("arith.add", "arith.sub", "arith.min", "arith.max"):
         return all(_integral(x, depth - 1) for x in op.operands)
     return False
+
+
+#: a bound below which an f32 (or f64) result cannot have rounded to inf (FLT_MAX is 3.4e38)
+_FINITE = 3e38
+#: a bound's worst growth through one rounding (an f32 rounds by at most 2**-24 relative)
+_ROUNDING = 1 + 2.0 ** -23
+
+
+def _root(buffer):
+    """The buffer a chain of ``loop.view``s looks into."""
+    while getattr(buffer, "op", None) is not None and buffer.op.name == "loop.view":
+        buffer = buffer.op.operands[0]
+    return buffer
+
+
+def _global_bound(op: Operation, cache: dict) -> float | None:
+    """max |w| over a ``loop.global``'s constant data, None if any element is NaN or inf;
+    ``cache`` keeps one scan per op (weights can be large)."""
+    if op not in cache:
+        a = op.attributes["value"].array
+        with np.errstate(all="ignore"):
+            m = float(np.max(np.abs(a.astype(np.float64)))) if a.size else math.inf
+        cache[op] = m if m < _FINITE else None
+    return cache[op]
+
+
+#: op -> how its operands' bounds bound its result (before the rounding's growth)
+_BOUND_RULES = {
+    "arith.mul": lambda a, b: a * b * _ROUNDING,
+    "arith.add": lambda a, b: (a + b) * _ROUNDING,
+    "arith.sub": lambda a, b: (a + b) * _ROUNDING,
+    "math.fma": lambda a, b, c: (a * b + c) * _ROUNDING,
+    "arith.max": max,
+    "arith.min": max,
+    "arith.neg": lambda a: a,
+    "math.abs": lambda a: a,
+    "math.roundeven": lambda a: a + 1,
+    "math.floor": lambda a: a + 1,
+    "math.ceil": lambda a: a + 1,
+}
+
+
+def _finite_bound(v, depth: int = 16, cache: dict | None = None) -> float | None:
+    """An upper bound on ``|v|`` for every value the f32/f64 ``v`` takes, or None when ``v``
+    might be NaN or infinite. Finite values stay finite through +, -, *, fma, max/min, select
+    and rounding as long as nothing overflows, so a bound below :data:`_FINITE` (each rounding
+    allowed to grow it by :data:`_ROUNDING`) proves ``v`` is never NaN. The bounds come from
+    constants, ints converted to floats and loads of ``loop.global`` weights; a function
+    argument, a buffer written at run time or any other op gives None. A clamp does not make a
+    value finite: ``max``/``min`` propagate NaN, so both operands must be bounded. ``cache``
+    (kept by the caller across calls) remembers weights' and values' bounds. Example (an int8
+    layer's requantization)::
+
+        %f = arith.cast %acc : i32 to f32          |%f| <= 2**31
+        %s = arith.mul %f, (loop.load @scale)      |%s| <= 2**31 * max|scale|
+        %m = arith.min (arith.max %s, -128.0), 127.0       bounded: never NaN
+    """
+    t = v.type
+    op = getattr(v, "op", None)
+    if op is None or depth == 0 or not isinstance(t, ScalarType) or t.name not in ("f32", "f64"):
+        return None
+    cache = {} if cache is None else cache
+    seen = cache.get(v)
+    if seen is not None and (seen[1] is not None or seen[0] >= depth):
+        return seen[1]     # a bound holds at any depth; None only as deep as it was looked for
+    name = op.name
+    bound = None
+    if name == "arith.constant":
+        x = _constant_number(v)
+        bound = None if x is None else abs(x)
+    elif name == "arith.cast":
+        s = op.operands[0].type
+        if isinstance(s, ScalarType) and not s.is_float:
+            bound = 2.0 ** (_int_bits(op.operands[0]) - 1) if s.is_signed else 2.0 ** s.bitwidth
+    elif name == "loop.load":
+        root = _root(op.operands[0])
+        if getattr(root, "op", None) is not None and root.op.name == "loop.global":
+            bound = _global_bound(root.op, cache)
+    elif name in _BOUND_RULES or name == "arith.select":
+        args = [_finite_bound(x, depth - 1, cache) for x in (
+            op.operands[1:] if name == "arith.select" else op.operands)]
+        if all(a is not None for a in args):
+            bound = max(args) if name == "arith.select" else _BOUND_RULES[name](*args)
+    bound = bound if bound is not None and bound < _FINITE else None
+    cache[v] = (depth, bound)
+    return bound
 
 
 def _tie_free_bound(name: str, v) -> bool:
@@ -484,8 +580,8 @@ class ScalarEmitter:
                     and _small(x) and _integral(x):
                 rounded = _rounded_plus_constant(x)
                 if rounded is not None:
-                    return self._rounded_to_int(self.vals[rounded[0]], rounded[1], dst)
-                return self._rounded_to_int(args[0], 0, dst)
+                    return self._rounded_to_int(rounded[0], rounded[1], dst)
+                return self._rounded_to_int(x, 0, dst)
             if dst.name == "f32" and not src.is_float and src != I1 and \
                     src.bitwidth <= 32 and _int_bits(x) <= 22:
                 return self._small_int_to_f32(args[0], src)
@@ -550,18 +646,46 @@ class ScalarEmitter:
                 return {"bit_and": b.and_, "bit_or": b.or_, "bit_xor": b.xor}[name](x, y)
         raise CompileError(f"{op.where}: no LLVM lowering for arith.{name}")
 
-    def _rounded_to_int(self, x: ir.Value, z: int, dst: ScalarType) -> ir.Value:
-        """``int(roundeven(x) + z)`` for an f32 ``x`` in [-SMALL, SMALL] (or NaN) and an
-        integer ``z``, as an int of at most 32 bits: ``bits(x + MAGIC) + (z - MAGIC_BITS)``,
+    def _rounded_to_int(self, v, z: int, dst: ScalarType) -> ir.Value:
+        """``int(roundeven(v) + z)`` for an f32 IR value ``v`` in [-SMALL, SMALL] (or NaN; x its
+        LLVM value) and an integer ``z``, as an int of at most 32 bits:
+        ``bits(x + MAGIC) + (z - MAGIC_BITS)``,
         NaN giving 0 as the saturating cast does; then truncated. Exact: ``x + MAGIC`` is
         MAGIC plus x rounded to an integer, ties to even, and its bits are MAGIC_BITS plus that
         integer. An integer-valued x with z = 0 is the plain cast; with
         :func:`_rounded_plus_constant` the rounding, the zero point and the conversion are one
-        f32 add and one integer add."""
+        f32 add and one integer add.
+
+        Where ``v`` is never NaN (:func:`_finite_bound`: an int8 layer's requantization of an
+        accumulator by constant scales) the NaN select goes: on the GPU its ``setp.nan`` and
+        ``selp`` were 2 of the epilogue's ~18 instructions per output element. One more thing
+        then changes. Truncated to 8 or 16 bits, ``z - MAGIC_BITS`` of a zero ``z`` is 0 (the
+        low bits of MAGIC_BITS are), LLVM drops the integer add, and the ``add.rn.f32``'s
+        register would be stored as it is by ``st.global.b8``: measured on an H200, such a
+        store writes wrong bytes (as if it converted the float, saturating), and without the
+        select nothing else stands between the two. So there the float add takes
+        :data:`OFFSET_MAGIC` = MAGIC + 128 (an even integer, so the add still rounds ties to
+        even) and the integer add subtracts its bits, ``MAGIC_BITS + 128``: truncated, the add
+        is ``+ 0x80`` (NVPTX: ``xor.b16 .., 128``, or one ``xor.b32 .., 0x80808080`` after the
+        ``prmt`` instructions that pack four bytes), never folded. Its domain is x in [-SMALL - 128,
+        SMALL - 128] (the sum must stay in [2**23, 2**24], where the ulp is 1); a ``v`` that
+        may reach past SMALL - 128 keeps the MAGIC form and its select. A ``z`` whose low bits
+        are not all zero (uint8's 128) keeps a nonzero integer add with MAGIC itself.
+        """
         b = self.b
-        bits = b.bitcast(b.fadd(x, constant(MAGIC, ScalarType("f32"))), I32)
-        r = b.add(bits, ir.Constant(I32, z - MAGIC_BITS))
-        r = b.select(b.fcmp_unordered("uno", x, x), ir.Constant(I32, 0), r)
+        x = self.vals[v]
+        # the cache lives as long as the emitter (one kernel): weights are scanned once
+        nan_free = _finite_bound(v, cache=self.__dict__.setdefault("_bounds", {})) is not None
+        magic, magic_bits = MAGIC, MAGIC_BITS
+        if nan_free and dst.bitwidth < 32 and (z - MAGIC_BITS) % 2 ** dst.bitwidth == 0:
+            if _range(v)[1] <= SMALL - 128:
+                magic, magic_bits = OFFSET_MAGIC, OFFSET_MAGIC_BITS
+            else:
+                nan_free = False
+        bits = b.bitcast(b.fadd(x, constant(magic, ScalarType("f32"))), I32)
+        r = b.add(bits, ir.Constant(I32, z - magic_bits))
+        if not nan_free:
+            r = b.select(b.fcmp_unordered("uno", x, x), ir.Constant(I32, 0), r)
         return r if dst.bitwidth == 32 else b.trunc(r, llvm_type(dst))
 
     def _small_int_to_f32(self, v: ir.Value, src: ScalarType) -> ir.Value:
