@@ -319,3 +319,29 @@ def test_int8_layer_epilogue_has_no_nan_test(case, zy):
         assert stores, name
         for store, producer in stores:
             assert not (producer.startswith("add") and producer.endswith("f32")), (name, store)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("epilogue", ["fragment", "staged"])
+@pytest.mark.parametrize("case", ["gemm", "gemm_residual", "conv_nhwc"])
+@pytest.mark.parametrize("zy", [0, -3])
+def test_int8_layers_without_the_nan_test_on_gpu(case, zy, epilogue):
+    """On the GPU (the H200 stored wrong bytes when a byte store took an f32 add's register
+    straight: llvm_scalar's module docstring), the int8 layers whose NaN select is gone give
+    the graph interpreter's int8 answer bit for bit, scalar and packed stores alike."""
+    import ptxc
+    from int8_ir import conv_model, gemm_model, inputs_for, loop_module
+    from test_ptx import run_on_gpu
+    if case == "conv_nhwc":
+        model = conv_model(N=2, C=16, H=9, W=9, K=40, R=3, S=3, pad=1, zx=-5, zy=zy)
+    else:
+        model = gemm_model(130, 96, 72, zx=7, residual=True, zy=zy) if case == "gemm_residual" \
+            else gemm_model(70, 64, 50, zy=zy)
+    layout = "nhwc" if case == "conv_nhwc" else "nchw"
+    m = loop_module(model, layout=layout, target="cuda" if layout == "nhwc" else "cpu")
+    PassManager(f"map-to-gpu{{mma-epilogue={epilogue}}}").run(m)
+    x = inputs_for(model)
+    want = ptxc.interpret(ptxc.import_onnx(model), x)
+    got = run_on_gpu(lower_to_ptx(m), x)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
