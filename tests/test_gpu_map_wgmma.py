@@ -356,7 +356,8 @@ def test_int8_64_row_wgmma_kernel_is_bit_exact(case):
 def test_when_int8_takes_the_wgmma_form():
     """s8 takes the wgmma form under ``auto`` (AUTO_KINDS, timed in session 12) and the same
     rule as f16; its MIN_K counts 128-byte K tiles as f16's does: BN 128 and 64 from K = 1024
-    (8 tiles of 128 int8). ``wgmma-kinds=[f16]`` keeps int8 on mma.sync."""
+    (8 tiles of 128 int8), BN 64 spanning N from 576 bytes. ``wgmma-kinds=[f16]`` keeps int8
+    on mma.sync."""
     from int8_ir import gemm_model
     deep = _contraction(gemm_model(4096, 1024, 1024))
     assert deep.kind == "s8" and wgmma.takes(deep)
@@ -367,6 +368,15 @@ def test_when_int8_takes_the_wgmma_form():
     f16_only.wgmma_kinds = ("f16",)          # map-to-gpu{wgmma-kinds=[f16]}
     assert wgmma.choose(deep, f16_only) is None
     assert wgmma.choose(_contraction(gemm_model(4096, 512, 1024)), _Opts()) is None
+    # N = 64, spanned by a 64-wide tile: from K = 576 bytes (NARROW_MIN_K_BYTES; ResNet-50 b32's
+    # layer-1 3x3 convs: 128 x 64, 784 CTAs); its K = 256 1x1 convs stay on mma.sync, and so
+    # do f16 ones of K = 256 (512 bytes)
+    assert wgmma.choose(_contraction(gemm_model(100352, 576, 64)), _Opts()) == \
+        wgmma.Config(64, bk=128)
+    assert wgmma.choose(_contraction(gemm_model(100352, 512, 64)), _Opts()) is None
+    assert wgmma.choose(_contraction(gemm_model(100352, 576, 128)), _Opts()) is None
+    assert wgmma.choose(_contraction(matmul_model(M=100352, K=256, N=64, trans_b=True)),
+                        _Opts()) is None
     from ptxc.lower.gpu_map import MapToGpu
     assert MapToGpu(wgmma_kinds=["f16", "s8"]).wgmma_kinds == ("f16", "s8")
     with pytest.raises(ValueError, match="wgmma-kinds"):

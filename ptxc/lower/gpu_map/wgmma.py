@@ -135,6 +135,12 @@ MIN_K = {256: 2048, 128: 512, 64: 512}
 #: BN = 64 as BN = 128 (session 12: int8 1x1 convs of K = 512 ran 18.0 us on mma.sync's
 #: staged epilogue and 22.1 at wgmma 128 x 64; f16 3x3 convs of K = 576 gained at 128 x 64)
 MIN_K_TILES = {bn: k // BK for bn, k in MIN_K.items()}
+#: BN = 64 where the tile spans N (N <= 64: each row of A read by one CTA) from K of this many
+#: bytes (4.5 K tiles) instead: session 12's sweep timed ResNet-50 b32's int8 layer-1 3x3
+#: convs (N = 64, K = 576) at 23.7-24.7 us in wgmma 128 x 64 tiles against 27.4-28.1 on
+#: mma.sync; its 1x1 convs of K = 256, N = 64 (512 bytes in f16) ran f16 28.4 against 25.6
+#: and int8 (256 bytes) 20.3 against 20.4: they stay
+NARROW_MIN_K_BYTES = 576
 #: the kinds ``auto`` gives the wgmma form (map-to-gpu's ``wgmma-kinds`` replaces it). s8
 #: timed on the H200 in session 12: ResNet-50 b32's int8 3x3 convs of layers 2-4 and its
 #: layer-3/4 1x1 convs of K >= 1024 ran 10-30% faster than on int8 mma.sync
@@ -239,8 +245,8 @@ def _auto_tile(c: Contraction, tiles: tuple, bk: int) -> Config | None:
     """``auto``'s tile (module docstring, "When"): of the tiles K is deep enough for and that
     are less than twice as wide as N, the first with WAVES CTAs per SM, else the one with the
     most CTAs where they cover the SMs, else None."""
-    fits = [(bm, bn) for bm, bn in tiles
-            if c.K >= MIN_K_TILES[bn] * bk and (bn <= 64 or bn < 2 * c.N)]
+    fits = [(bm, bn) for bm, bn in tiles if _deep_enough(c, bn, bk)
+            and (bn <= 64 or bn < 2 * c.N)]
     full = [t for t in fits if ctas(c, *t) >= WAVES * mma.SMS]
     if full:
         bm, bn = full[0]
@@ -250,6 +256,15 @@ def _auto_tile(c: Contraction, tiles: tuple, bk: int) -> Config | None:
             return None
         bm, bn = most
     return Config(bn, bk=bk, bm=bm)
+
+
+def _deep_enough(c: Contraction, bn: int, bk: int) -> bool:
+    """Whether K fills the pipeline of BN-wide tiles (:data:`MIN_K_TILES`, or
+    :data:`NARROW_MIN_K_BYTES` for a 64-wide tile that spans N). ``bk`` elements are 128
+    bytes."""
+    if bn == 64 and c.N <= 64 and c.K * (128 // bk) >= NARROW_MIN_K_BYTES:
+        return True
+    return c.K >= MIN_K_TILES[bn] * bk
 
 
 def _on_tile(c: Contraction, tiles: tuple, bk: int) -> Config | None:
