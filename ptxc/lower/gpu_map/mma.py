@@ -81,6 +81,12 @@ or two K tiles) spend most of their time in one phase or the other::
 Stages are cut to KT + 1 (one output tile ahead). A tile's slot of the epilogue tiles is
 rewritten only after the barrier of the first K tile after its epilogue; the staged
 epilogue's warp region likewise. :func:`with_m_tiles` keeps two CTAs per SM at least.
+Timed on the H200 (ResNet-50 b32, session 13, bench/RESULTS.md): no gain, so the default
+stays one tile per CTA (:func:`m_tiles`). int8 kernels' sum 1.240 ms at 1 tile, 1.253 at up
+to 2, 1.282 at 4, 1.332 at 8; fp16 1.528, 1.584, 1.561, 1.642. The layer-1 conv3 + residual
+kernels went 36.9 -> 38.4 (2) -> 49.2 us (4) in int8: their registers rose from 138 to 196
+(3 CTAs per SM to 2), and the CTAs an SM already holds overlap one another's loads and
+epilogues. It stays an option for a tuner (a few layer-2 kernels ran 2-3% faster at 3).
 
 **Tuning options**: map-to-gpu's ``mma-tiles`` replaces :data:`TILES` and ``mma-stages`` the
 stage count (:func:`parse_tiles`, :func:`choose`), for runs such as ``bench/resnet50_int8.py
@@ -738,7 +744,7 @@ def schedule(op: Operation, options=None) -> Operation | None:
 
 def m_tiles(c: Contraction, cfg: Config) -> int:
     """Output tiles per CTA (module docstring, "M tiles") where map-to-gpu's ``mma-m-tiles``
-    does not say: 1, until the H200 has timed more."""
+    does not say: 1 (more timed slower on the H200, session 13)."""
     return 1
 
 
