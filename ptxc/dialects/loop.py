@@ -449,17 +449,24 @@ def _check_bounds(op: Operation, t: BufferType, idx: list) -> None:
 
 @register
 class Load(OpSpec):
-    """One element of ``buffer`` at ``indices``."""
+    """One element of ``buffer`` at ``indices``. An integer load may carry ``bound``: a fact
+    its maker proved, ``|value| <= bound`` (the mma schedule's accumulator sums,
+    contraction.accumulator_bound), which lowering may use (llvm_scalar: a small int converts
+    to f32 without ``cvt``); the interpreter checks it on every value it loads."""
 
     name = "loop.load"
     operands = ("buffer", Operand("indices", variadic=True))
     results = ("value",)
+    attributes = {"bound": Attr("int", doc="|value| <= bound, proved by the op's maker")}
 
     def infer_types(self, op):
         return [_buffer(op, 0).element]
 
     def verify(self, op):
         _indices(op, 1, _buffer(op, 0))
+        bound = op.attributes.get("bound")
+        if bound is not None and (bound < 0 or _buffer(op, 0).element.is_float):
+            fail(op, f"bound must be >= 0 and on an integer load, is {bound!r}")
 
     def reference(self, op, args, interp):
         buf, *idx = args
@@ -468,10 +475,17 @@ class Load(OpSpec):
         _check_bounds(op, t, idx)
         storage = per_block(interp, buf)
         if storage is not None:
-            return [storage[(interp.gpu_block, *(np.asarray(i) for i in idx))]]
-        if all(np.ndim(i) == 0 for i in idx):
-            return [buf[tuple(int(i) for i in idx)]]
-        return [buf[tuple(np.asarray(i) for i in idx)]]
+            out = storage[(interp.gpu_block, *(np.asarray(i) for i in idx))]
+        elif all(np.ndim(i) == 0 for i in idx):
+            out = buf[tuple(int(i) for i in idx)]
+        else:
+            out = buf[tuple(np.asarray(i) for i in idx)]
+        bound = op.attributes.get("bound")
+        if bound is not None and np.size(out) and \
+                np.max(np.abs(np.asarray(out, dtype=np.int64))) > bound:
+            raise CompileError(f"{op.where}: loaded {np.max(np.abs(np.asarray(out, np.int64)))}"
+                               f", over the load's bound {bound}")
+        return [out]
 
 
 @register

@@ -266,6 +266,47 @@ def _int_bits(v, depth: int = 6) -> int:
     return t.bitwidth
 
 
+def _small_int(v) -> bool:
+    """The signed int ``v`` lies in ``[-2**22, 2**22)`` (:func:`_int_bound`), where
+    ``float_bits(MAGIC_BITS + v) - MAGIC`` is its f32 exactly."""
+    bound = _int_bound(v)
+    return bound is not None and bound < 1 << 22
+
+
+def _int_bound(v, depth: int = 6) -> int | None:
+    """An upper bound on ``|v|`` for the signed integer ``v`` of at most 32 bits, or None:
+    what :func:`_int_bits` knows, and besides a load's ``bound`` (the mma schedule's
+    accumulator sums: contraction.accumulator_bound), a load of ``loop.global`` integers
+    (their largest magnitude), sums and differences added up. Example (an int8 layer's
+    requantization, ResNet-50's layer-1 conv3)::
+
+        %acc = loop.load %staged[...] {bound = 1040384}
+        %b = loop.load @bias[%n]                   max |bias| (weights) = 9000, say
+        %s = arith.add %b, %acc                    |%s| <= 1049384 < 2**22: small
+    """
+    t = v.type
+    op = getattr(v, "op", None)
+    if not isinstance(t, ScalarType) or t.is_float or t == I1 or t.bitwidth > 32 or \
+            not t.is_signed:
+        return None
+    if op is not None and depth > 0:
+        if op.name == "loop.load":
+            bound = op.attributes.get("bound")
+            if bound is not None:
+                return bound
+            root = _root(op.operands[0])
+            if getattr(root, "op", None) is not None and root.op.name == "loop.global":
+                a = np.asarray(root.op.attributes["value"].array)
+                if a.size and not np.issubdtype(a.dtype, np.floating):
+                    return int(np.max(np.abs(a.astype(np.int64))))
+        if op.name in ("arith.add", "arith.sub"):
+            parts = [_int_bound(x, depth - 1) for x in op.operands]
+            if all(p is not None for p in parts):
+                return sum(parts)
+    bits = _int_bits(v, depth)
+    return (1 << (bits - 1)) if bits < t.bitwidth else None
+
+
 def _integral(v, depth: int = 8) -> bool:
     """Every value of ``v`` is an integer (or NaN): a ``math.roundeven``, an int cast to a
     float, an integer constant, or sums and clamps of those (a quantization's zero point
@@ -583,7 +624,7 @@ class ScalarEmitter:
                     return self._rounded_to_int(rounded[0], rounded[1], dst)
                 return self._rounded_to_int(x, 0, dst)
             if dst.name == "f32" and not src.is_float and src != I1 and \
-                    src.bitwidth <= 32 and _int_bits(x) <= 22:
+                    src.bitwidth <= 32 and (_int_bits(x) <= 22 or _small_int(x)):
                 return self._small_int_to_f32(args[0], src)
             if _clamped_to_i32(op.operands[0]) and src.name in ("f32", "f64") and \
                     not dst.is_float and dst != I1 and dst.bitwidth <= 32:

@@ -275,3 +275,71 @@ def ctas(c: Contraction, bm: int, bn: int) -> int:
     """The CTAs of ``c``'s grid of ``bm`` x ``bn`` output tiles (edges rounded up), over its
     batches: what the mma and wgmma schedules compare against the SM count."""
     return -(-c.M // bm) * -(-c.N // bn) * c.batches
+
+
+# ---- accumulator range ---------------------------------------------------------------------
+
+#: the most (reduction point, parallel point) pairs :func:`accumulator_bound` evaluates
+MAX_BOUND_POINTS = 1 << 24
+
+
+def accumulator_bound(c: Contraction) -> int | None:
+    """An upper bound on ``|sum|`` of every accumulator of an s8 contraction (None for other
+    kinds): ``max|A| x max over n of sum_k |B[k, n]|`` where B is constant (a ``loop.global``:
+    a layer's weights), the same with A and B swapped, or ``K x max|A| x max|B|``, a
+    ``max`` being the constant's or the int8 range's (128). The epilogue's point program then
+    knows a sum needs fewer than 23 bits where it does, and llvm_scalar converts it to f32 with
+    one f32 add instead of ``cvt.rn.f32.s32`` (a quarter-rate instruction on sm_90: mma_epilogue
+    attaches the bound to the accumulator loads). Example: ResNet-50's layer-1 conv3 (K = 64,
+    per-channel int8 weights, max 127): at most 64 x 127 x 128 = 1040384 < 2**22."""
+    if c.kind != "s8":
+        return None
+    amax, bmax = _abs_max(c.a), _abs_max(c.b)
+    best = c.K * amax * bmax
+    for x, other, dims in ((c.b, amax, c.n_dims), (c.a, bmax, c.m_dims)):
+        sums = _abs_sums(c, x, dims)
+        if sums is not None:
+            best = min(best, other * sums)
+    return best
+
+
+def _constant_data(x: Operand):
+    """The flat constant data of ``x``'s root buffer (a ``loop.global``), or None."""
+    root = _root(x.buffer)
+    op = getattr(root, "op", None)
+    if op is None or op.name != "loop.global":
+        return None
+    import numpy as np
+    return np.asarray(op.attributes["value"].array).reshape(-1)
+
+
+def _abs_max(x: Operand) -> int:
+    data = _constant_data(x)
+    if data is None or data.size == 0:
+        return 1 << (x.element.bitwidth - 1)
+    import numpy as np
+    return int(np.max(np.abs(data.astype(np.int64))))
+
+
+def _abs_sums(c: Contraction, x: Operand, dims: list) -> int | None:
+    """max over the points of ``dims`` of ``sum_k |x|`` for a constant ``x`` read at the
+    reduction points and ``dims`` only (its element offsets: :meth:`Operand.offset` and
+    :meth:`Operand.coef`), or None."""
+    import numpy as np
+    data = _constant_data(x)
+    syms = {s for r in x.rows for s in r if s != 1}
+    if data is None or any(s[0] == "p" and s[1] not in dims for s in syms):
+        return None
+    n = math.prod(c.extent(d) for d in dims) if dims else 1
+    if c.K * n > MAX_BOUND_POINTS:
+        return None
+    red = np.meshgrid(*[r.lower + r.step * np.arange(r.trips) for r in c.red], indexing="ij")
+    par = np.meshgrid(*[c.lower(d) + np.arange(c.extent(d)) for d in dims], indexing="ij")
+    at = np.full((c.K, n), x.offset(), dtype=np.int64)
+    for j, v in enumerate(red):
+        at += x.coef(("r", j)) * v.reshape(-1, 1)
+    for d, v in zip(dims, par):
+        at += x.coef(("p", d)) * v.reshape(1, -1)
+    if at.min() < 0 or at.max() >= data.size:
+        return None
+    return int(np.abs(data.astype(np.int64)[at]).sum(axis=0).max())

@@ -118,7 +118,7 @@ from ...ir.core import Operation, Value
 from ...ir.types import F16, F32, I8, I32, BufferType
 from . import mma_epilogue, mma_prefetch
 from .common import add, cmp, const, delinearize, div, launch_before, mul, sub
-from .contraction import Contraction, Operand, analyze, ctas
+from .contraction import Contraction, Operand, accumulator_bound, analyze, ctas
 from .tiled import _root
 
 SCHEDULE = "mma"
@@ -376,6 +376,9 @@ class _Builder:
         self.lay = {id(c.a): layout(c, c.a), id(c.b): layout(c, c.b)}
         self.tiles = {}     # point-program loads read from shared tiles (mma_prefetch.py)
         self.slot = None    # the current output tile's slot in them (M tiles: mma_prefetch.slots)
+        #: |sum| <= this for every accumulator (s8: contraction.accumulator_bound), or None;
+        #: the staged epilogue's loads of the sums carry it (loop.load's ``bound``)
+        self.acc_bound = accumulator_bound(c) if c.kind == "s8" else None
 
     # -- shared tiles
     def _tile_shape(self, x: Operand) -> tuple:

@@ -165,5 +165,7 @@ def staged(bld, b, acc: list) -> None:
 def _read(bld, b, sE, r, col, m, n) -> None:
     """Element (r, col) of the lane's warp's slab, at output (m, n): guarded, the point program
     (or split-K's workspace store)."""
+    bound = bld.acc_bound
+    attrs = {} if bound is None else {"bound": bound}
     bld._guarded_point(b, m, n,
-                       lambda eb: eb.create("loop.load", [sE, [bld.warp, r, col]]).result)
+                       lambda eb: eb.create("loop.load", [sE, [bld.warp, r, col]], attrs).result)
