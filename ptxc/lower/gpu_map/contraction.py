@@ -277,6 +277,28 @@ def ctas(c: Contraction, bm: int, bn: int) -> int:
     return -(-c.M // bm) * -(-c.N // bn) * c.batches
 
 
+def rows_in_memory_order(c: Contraction) -> Contraction:
+    """``c`` with its M dims ordered as the output's memory has them (largest stride first),
+    so that consecutive rows ``m`` are consecutive output rows: a point program's accesses are
+    then linear in ``m`` (mma.m_linear_accesses) where the output and A are contiguous over the
+    M dims. ``c`` itself where the first store is not affine or two M dims share a stride.
+    Example: a conv nest over (p, n, q, k) of an NHWC output ``[n][p][q][k]``: M dims (p, n,
+    q) -> (n, p, q)."""
+    from .tiled import _affine
+    stores = [o for o in c.epilogue if o.name == "loop.store"]
+    if len(c.m_dims) < 2 or not stores:
+        return c
+    memo: dict = {}
+    rows = [_affine(i, c.nest.op, c.nest.loops, memo) for i in stores[0].operands[2:]]
+    if any(r is None for r in rows):
+        return c
+    out = Operand(stores[0].operands[1], rows, stores[0].operands[0].type)
+    strides = {d: abs(out.coef(("p", d))) for d in c.m_dims}
+    if len(set(strides.values())) < len(strides):
+        return c
+    return attrs.evolve(c, m_dims=sorted(c.m_dims, key=lambda d: -strides[d]))
+
+
 # ---- accumulator range ---------------------------------------------------------------------
 
 #: the most (reduction point, parallel point) pairs :func:`accumulator_bound` evaluates

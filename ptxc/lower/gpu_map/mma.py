@@ -88,6 +88,13 @@ kernels went 36.9 -> 38.4 (2) -> 49.2 us (4) in int8: their registers rose from 
 (3 CTAs per SM to 2), and the CTAs an SM already holds overlap one another's loads and
 epilogues. It stays an option for a tuner (a few layer-2 kernels ran 2-3% faster at 3).
 
+**Flat rows** (map-to-gpu's ``mma-flat-m``, off until timed): the M dims in the output's
+memory order (contraction.rows_in_memory_order) and the point program's accesses that are
+linear in ``m`` with one index (:func:`m_linear_accesses`): ResNet-50 b32's int8 layer-1 conv3
++ residual kernel loses 236 of its 1993 epilogue instructions (64-bit row address arithmetic)
+and 22 registers (138 -> 116), statically; Nsight Compute found these kernels bound by the
+integer ALU pipe (session 13, bench/RESULTS.md).
+
 **Tuning options**: map-to-gpu's ``mma-tiles`` replaces :data:`TILES` and ``mma-stages`` the
 stage count (:func:`parse_tiles`, :func:`choose`), for runs such as ``bench/resnet50_int8.py
 --variant``. Measured (ResNet-50 b32, H200, 2026-12-02): 8-warp tiles (128x128 in 2x4 warps,
@@ -118,7 +125,8 @@ from ...ir.core import Operation, Value
 from ...ir.types import F16, F32, I8, I32, BufferType
 from . import mma_epilogue, mma_prefetch
 from .common import add, cmp, const, delinearize, div, launch_before, mul, sub
-from .contraction import Contraction, Operand, accumulator_bound, analyze, ctas
+from .contraction import (Contraction, Operand, accumulator_bound, analyze, ctas,
+                          rows_in_memory_order)
 from .tiled import _root
 
 SCHEDULE = "mma"
@@ -366,7 +374,7 @@ def _linear(b: Builder, x: Operand, syms: dict) -> Value:
 class _Builder:
     """Writes the launch of one contraction (the module docstring's pseudo-code)."""
 
-    def __init__(self, c: Contraction, cfg: Config):
+    def __init__(self, c: Contraction, cfg: Config, flat_m: bool = False):
         self.c, self.cfg = c, cfg
         self.shape, self.ks, _, self.vec = KIND[c.kind]
         self.bk = cfg.bk
@@ -376,6 +384,8 @@ class _Builder:
         self.lay = {id(c.a): layout(c, c.a), id(c.b): layout(c, c.b)}
         self.tiles = {}     # point-program loads read from shared tiles (mma_prefetch.py)
         self.slot = None    # the current output tile's slot in them (M tiles: mma_prefetch.slots)
+        self.flat_m = flat_m          # point-program accesses linear in m go flat (m_linear_accesses)
+        self.flat_access = {}
         #: |sum| <= this for every accumulator (s8: contraction.accumulator_bound), or None;
         #: the staged epilogue's loads of the sums carry it (loop.load's ``bound``)
         self.acc_bound = accumulator_bound(c) if c.kind == "s8" else None
@@ -415,6 +425,9 @@ class _Builder:
             if self.lay[id(x)].vector:
                 self.flat[id(x)] = flat_view(top, x.buffer)
         tiles = [(t, flat_view(top, t.operand.buffer)) for t in mma_prefetch.chosen(c, cfg)]
+        tiled = {id(t.op) for t, _ in tiles}
+        self.flat_access = {id(o): (flat_view(top, x.buffer), x) for o, x in
+                            m_linear_accesses(c) if id(o) not in tiled} if self.flat_m else {}
         launch, b = launch_before(c.nest.op, grid, (cfg.threads, 1, 1), SCHEDULE)
         launch.attributes["tile"] = cfg.describe(c.kind)
         self.s = {id(x): shared(b, self._tile_shape(x), self.el) for x in (c.a, c.b)}
@@ -673,8 +686,16 @@ class _Builder:
         mapping[c.result] = b.create("arith.add", [start, total]).result
         for o in c.epilogue:
             tile = self.tiles.get(id(o))
+            flat = self.flat_access.get(id(o))
             if tile is not None:    # read from its shared tile (mma_prefetch.py)
                 mapping[o.results[0]] = mma_prefetch.read(self, b, tile[0], m, n)
+            elif flat is not None:  # one linear index in m (m_linear_accesses)
+                view, x = flat
+                lin = [_m_linear(b, c, x, syms, m)]
+                if o.name == "loop.load":
+                    mapping[o.results[0]] = b.create("loop.load", [view, lin]).result
+                else:
+                    b.create("loop.store", [mapping.get(o.operands[0], o.operands[0]), view, lin])
             else:
                 b.insert(o.clone(mapping))
 
@@ -694,6 +715,56 @@ class _Builder:
         self._point(pb, syms, m, n, total)
         pointwise.schedule(nest, None)
         nest.erase()
+
+
+def m_linear_accesses(c: Contraction) -> list:
+    """``(op, Operand)`` of the point program's loads and stores whose buffer offset is linear in
+    the logical row ``m``: affine in the parallel dims, reading every M dim, each M dim's
+    coefficient the next one's times its extent (an NHWC tensor's n, p, q: ``m x C``). With
+    more than one M dim, the mma epilogue's ``m -> (n, p, q)`` delinearization (``mul.hi``
+    and 64-bit address arithmetic per row, then per element) is only needed by such accesses,
+    and :func:`_m_linear` gives their offset as ``coef x m + ...`` instead: constant offsets
+    between the rows and columns a lane touches. Example (ResNet's conv3 output
+    ``buffer<32x56x56x256xi8>``, m dims n, p, q)::
+
+        before: loop.store %y, %out[m / 3136, (m / 56) % 56, m % 56, c]
+        after:  loop.store %y, %out_flat[256 m + c]"""
+    from .tiled import _affine
+    if len(c.m_dims) < 2:
+        return []
+    nest = c.nest
+    memo: dict = {}
+    out = []
+    for o in c.epilogue:
+        if o.name not in ("loop.load", "loop.store"):
+            continue
+        buf = o.operands[0] if o.name == "loop.load" else o.operands[1]
+        idx = o.operands[1:] if o.name == "loop.load" else o.operands[2:]
+        rows = [_affine(i, nest.op, nest.loops, memo) for i in idx]
+        if any(r is None or any(k != 1 and k[0] != "p" for k in r) for r in rows):
+            continue
+        x = Operand(buf, rows, buf.type.element)
+        ms = c.m_dims
+        coefs = [x.coef(("p", d)) for d in ms]
+        if coefs[-1] and all(coefs[i] == c.extent(ms[i + 1]) * coefs[i + 1]
+                             for i in range(len(ms) - 1)):
+            out.append((o, x))
+    return out
+
+
+def _m_linear(b: Builder, c: Contraction, x: Operand, syms: dict, m: Value) -> Value:
+    """The element offset of ``x`` (:func:`m_linear_accesses`) at row ``m`` and the other
+    dims' values in ``syms``: its offset, the M dims' lower bounds, ``coef x m`` and the
+    others' terms."""
+    ms = set(c.m_dims)
+    base = x.offset() + sum(x.coef(("p", d)) * c.lower(d) for d in ms)
+    v = add(b, const(b, base), mul(b, m, x.coef(("p", c.m_dims[-1]))))
+    used = {s for row in x.rows for s in row if s != 1 and s[1] not in ms}
+    for s in sorted(used, key=repr):
+        k = x.coef(s)
+        if k:
+            v = add(b, v, mul(b, syms[s], k))
+    return v
 
 
 def build(c: Contraction, cfg: Config) -> Operation:
@@ -738,7 +809,10 @@ def schedule(op: Operation, options=None) -> Operation | None:
     if epilogue != cfg.epilogue and valid(c, staged := attrs.evolve(cfg, epilogue=epilogue)):
         cfg = staged
     cfg = with_m_tiles(c, cfg, getattr(options, "mma_m_tiles", 0) or m_tiles(c, cfg))
-    launch = _Builder(c, cfg).build()
+    flat_m = getattr(options, "mma_flat_m", False)
+    if flat_m:
+        c = rows_in_memory_order(c)
+    launch = _Builder(c, cfg, flat_m).build()
     blocks = getattr(options, "mma_min_blocks", 0) or min_blocks(c, cfg)
     if blocks > 1:
         launch.attributes["min_blocks"] = blocks
