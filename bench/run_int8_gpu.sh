@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The int8 tensor-core checks in one device call (issue 10, part 4), everything under $OUT
 # (default ./bench_out): the gpu tests of the int8 mma schedule (bit-exact against the
-# interpreter), int8 GEMM against torch._int_mm, ResNet-50 batch 32 int8 against ptxc fp16.
+# interpreter), int8 GEMM against torch._int_mm, ResNet-50 batch 32 int8 against ptxc fp16
+# (7 interleaved rounds: bench/resnet50_int8.py --rounds).
 #
 #   bash bench/run_int8_gpu.sh          # from the repository root on the GPU machine
 #
@@ -17,7 +18,8 @@ PY=${PYTHON:-python3}
 echo "== int8 gpu tests"
 timeout -s INT -k 15 "${TESTS_TIMEOUT:-150}" "$PY" -m pytest -m gpu -q -p no:cacheprovider \
   -o addopts="" -rfE $("$PY" -c "import xdist" 2>/dev/null && echo "-n 8") \
-  tests/test_gpu_map_mma_int8.py >"$OUT/int8_gpu_tests.log" 2>&1
+  tests/test_gpu_map_mma_int8.py tests/test_nan_free_rounding.py tests/test_accumulator_bound.py \
+  tests/test_gpu_map_mma_m_tiles.py tests/test_gpu_map_mma_flat_m.py >"$OUT/int8_gpu_tests.log" 2>&1
 echo "exit $?"; tail -5 "$OUT/int8_gpu_tests.log"
 echo "== int8 GEMM vs torch._int_mm"
 timeout -s INT -k 15 "${GEMM_TIMEOUT:-120}" "$PY" bench/gemm.py --precision int8 --out "$OUT" \
@@ -25,5 +27,5 @@ timeout -s INT -k 15 "${GEMM_TIMEOUT:-120}" "$PY" bench/gemm.py --precision int8
 echo "exit $?"; cat "$OUT/gemm_int8.log" | tail -8
 echo "== ResNet-50 batch 32: int8 vs fp16 (ptxc, cuda, nhwc)"
 timeout -s INT -k 15 "${RESNET_TIMEOUT:-300}" "$PY" bench/resnet50_int8.py --gpu --batch 32 \
-  >"$OUT/resnet50_int8_gpu.log" 2>&1
+  --rounds 7 >"$OUT/resnet50_int8_gpu.log" 2>&1
 echo "exit $?"; grep -E "^== |int8 / fp16|Error" "$OUT/resnet50_int8_gpu.log" | cut -c1-600
