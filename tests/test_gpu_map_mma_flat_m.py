@@ -31,6 +31,16 @@ def _conv(precision, N=2, H=10, W=10):
     return (lambda: nhwc_loop(model, precision)), x
 
 
+def _check(got, want, precision):
+    """int8: bit for bit; fp16: within an f16 rounding of the output."""
+    for k in want:
+        if precision == "int8":
+            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+        else:
+            scale = max(1.0, float(np.abs(want[k]).max()))
+            np.testing.assert_allclose(got[k], want[k], rtol=2e-3, atol=2e-3 * scale, err_msg=k)
+
+
 def _contractions(m):
     return [c for op in m.walk() if op.name == "loop.parallel" and (c := analyze(op))]
 
@@ -60,13 +70,7 @@ def test_flat_rows_equal_the_nest(precision, epilogue):
     assert mma_tiles(m)
     flat_views = [o for o in m.walk() if o.name == "loop.view" and len(o.attributes["shape"]) == 1]
     assert flat_views
-    got = run_main(m, x)
-    for k in want:
-        if precision == "int8":
-            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
-        else:
-            scale = max(1.0, float(np.abs(want[k]).max()))
-            np.testing.assert_allclose(got[k], want[k], rtol=2e-3, atol=2e-3 * scale, err_msg=k)
+    _check(run_main(m, x), want, precision)
 
 
 def test_a_padded_output_keeps_its_indices():
@@ -121,10 +125,4 @@ def test_flat_rows_on_gpu(precision):
     m = make()
     PassManager(FLAT.format("staged")).run(m)
     want = run_main(m, x)
-    got = run_on_gpu(lower_to_ptx(m), x)
-    for k in want:
-        if precision == "int8":
-            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
-        else:
-            scale = max(1.0, float(np.abs(want[k]).max()))
-            np.testing.assert_allclose(got[k], want[k], rtol=2e-3, atol=2e-3 * scale, err_msg=k)
+    _check(run_on_gpu(lower_to_ptx(m), x), want, precision)

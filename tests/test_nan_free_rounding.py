@@ -21,6 +21,7 @@ from ptxc.lower.llvm_scalar import OFFSET_MAGIC, OFFSET_MAGIC_BITS, _finite_boun
 from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
 from ptxc.rewrite.pass_manager import PassManager
 from loop_ir import const as c, load, module, op, store
+from test_magic_conversions import _ptx
 from test_loop_dialect import buf
 
 SMALL = 2.0 ** 22
@@ -153,14 +154,6 @@ def _accumulators(seed=0) -> np.ndarray:
                            rng.integers(-2 ** 31, 2 ** 31, 3000)]).astype(np.int32)
 
 
-def _ptx(m) -> str:
-    PassManager("map-to-gpu").run(m)
-    ptx = lower_to_ptx(m).ptx
-    if ptxas_path() is not None:
-        assemble(ptx, "sm_90")
-    return ptx
-
-
 def _requantize(form, t, zp, lo, hi):
     """``cast(acc * scale + bias)`` to ``t`` with the quantization's saturation: "known_zp"
     (quant.py ``_saturate`` with a known zero point, ``cast(roundeven(clamp(y, lo - zp, hi -
@@ -290,6 +283,19 @@ def _byte_producers(body: str):
                 yield m.group(0), opcode
 
 
+def _int8_layer(case, zy, conv, gemm):
+    """(ONNX model, unmapped loop module) of an int8 layer: ``conv_nhwc`` (a 3x3 conv of 16
+    channels, ``conv``: N, H, W, K), ``gemm_residual`` (130 x 96 x 72 with a residual) or
+    ``gemm`` (``gemm``: M, K, N); ``zy`` the output's zero point."""
+    from int8_ir import conv_model, gemm_model, loop_module
+    if case == "conv_nhwc":
+        model = conv_model(C=16, R=3, S=3, pad=1, zx=-5, zy=zy, **conv)
+        return model, loop_module(model, layout="nhwc", target="cuda")
+    model = gemm_model(130, 96, 72, zx=7, residual=True, zy=zy) if case == "gemm_residual" \
+        else gemm_model(*gemm, zy=zy)
+    return model, loop_module(model)
+
+
 @pytest.mark.parametrize("case", ["gemm", "gemm_residual", "conv_nhwc"])
 @pytest.mark.parametrize("zy", [0, -3])
 def test_int8_layer_epilogue_has_no_nan_test(case, zy):
@@ -297,14 +303,7 @@ def test_int8_layer_epilogue_has_no_nan_test(case, zy):
     scales) have no ``setp.nan``; every byte stored has passed an integer instruction after the
     f32 add that rounds it (scalar stores: an ``xor``/``add`` of the zero point or of the offset
     magic's 0x80; packed ones a ``prmt`` and an ``xor``/``add``)."""
-    from int8_ir import conv_model, gemm_model, loop_module
-    if case == "conv_nhwc":
-        model = conv_model(N=1, C=16, H=8, W=8, K=32, R=3, S=3, pad=1, zx=-5, zy=zy)
-    else:
-        model = gemm_model(130, 96, 72, zx=7, residual=True, zy=zy) if case == "gemm_residual" \
-            else gemm_model(64, 64, 48, zy=zy)
-    layout = "nhwc" if case == "conv_nhwc" else "nchw"
-    m = loop_module(model, layout=layout, target="cuda" if layout == "nhwc" else "cpu")
+    _, m = _int8_layer(case, zy, conv=dict(N=1, H=8, W=8, K=32), gemm=(64, 64, 48))
     PassManager("map-to-gpu").run(m)
     p = lower_to_ptx(m, arch="sm_90")
     if ptxas_path() is not None:
@@ -330,15 +329,9 @@ def test_int8_layers_without_the_nan_test_on_gpu(case, zy, epilogue):
     straight: llvm_scalar's module docstring), the int8 layers whose NaN select is gone give
     the graph interpreter's int8 answer bit for bit, scalar and packed stores alike."""
     import ptxc
-    from int8_ir import conv_model, gemm_model, inputs_for, loop_module
+    from int8_ir import inputs_for
     from test_ptx import run_on_gpu
-    if case == "conv_nhwc":
-        model = conv_model(N=2, C=16, H=9, W=9, K=40, R=3, S=3, pad=1, zx=-5, zy=zy)
-    else:
-        model = gemm_model(130, 96, 72, zx=7, residual=True, zy=zy) if case == "gemm_residual" \
-            else gemm_model(70, 64, 50, zy=zy)
-    layout = "nhwc" if case == "conv_nhwc" else "nchw"
-    m = loop_module(model, layout=layout, target="cuda" if layout == "nhwc" else "cpu")
+    model, m = _int8_layer(case, zy, conv=dict(N=2, H=9, W=9, K=40), gemm=(70, 64, 50))
     PassManager(f"map-to-gpu{{mma-epilogue={epilogue}}}").run(m)
     x = inputs_for(model)
     want = ptxc.interpret(ptxc.import_onnx(model), x)

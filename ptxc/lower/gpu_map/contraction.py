@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 
 import attrs
+import numpy as np
 
 from ...ir.core import BlockArgument, Operation, OpResult, Value
 from ...ir.types import F16, F32, I8, I32
@@ -331,7 +332,6 @@ def _constant_data(x: Operand):
     op = getattr(root, "op", None)
     if op is None or op.name != "loop.global":
         return None
-    import numpy as np
     return np.asarray(op.attributes["value"].array).reshape(-1)
 
 
@@ -339,7 +339,6 @@ def _abs_max(x: Operand) -> int:
     data = _constant_data(x)
     if data is None or data.size == 0:
         return 1 << (x.element.bitwidth - 1)
-    import numpy as np
     return int(np.max(np.abs(data.astype(np.int64))))
 
 
@@ -347,7 +346,6 @@ def _abs_sums(c: Contraction, x: Operand, dims: list) -> int | None:
     """max over the points of ``dims`` of ``sum_k |x|`` for a constant ``x`` read at the
     reduction points and ``dims`` only (its element offsets: :meth:`Operand.offset` and
     :meth:`Operand.coef`), or None."""
-    import numpy as np
     data = _constant_data(x)
     syms = {s for r in x.rows for s in r if s != 1}
     if data is None or any(s[0] == "p" and s[1] not in dims for s in syms):

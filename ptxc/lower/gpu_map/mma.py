@@ -388,7 +388,7 @@ class _Builder:
         self.flat_access = {}
         #: |sum| <= this for every accumulator (s8: contraction.accumulator_bound), or None;
         #: the staged epilogue's loads of the sums carry it (loop.load's ``bound``)
-        self.acc_bound = accumulator_bound(c) if c.kind == "s8" else None
+        self.acc_bound = accumulator_bound(c)
 
     # -- shared tiles
     def _tile_shape(self, x: Operand) -> tuple:
@@ -414,7 +414,8 @@ class _Builder:
     def build(self) -> Operation:
         c, cfg = self.c, self.cfg
         T = cfg.m_tiles
-        grid = (-(-c.N // cfg.bn), -(-(-(-c.M // cfg.bm)) // T), c.batches * cfg.splits)
+        m_tiles = -(-c.M // cfg.bm)
+        grid = (-(-c.N // cfg.bn), -(-m_tiles // T), c.batches * cfg.splits)
         top = Builder.before_op(c.nest.op)
         self.ws = None
         if cfg.splits > 1:     # partial sums, reduced by a second kernel (_reduce_splits)
@@ -501,7 +502,6 @@ class _Builder:
             acc = self._step(fb, stage, kk * self.ks, acc)
         fb.create("loop.yield", acc)
         eb = tb
-        m_tiles = -(-c.M // cfg.bm)
         if m_tiles % T:   # the last CTA's tiles past M: no epilogue (their copies were empty)
             _, eb = if_op(tb, cmp(tb, "lt", add(tb, first, t), m_tiles))
         if cfg.epilogue == "staged":
