@@ -104,10 +104,11 @@ def test_a_padded_output_keeps_its_indices():
 
 @needs_ptxas
 def test_flat_rows_drop_the_row_address_arithmetic():
-    """The int8 conv + residual kernel: fewer 64-bit integer instructions, no spills."""
+    """The int8 conv + residual kernel: fewer 64-bit integer instructions, no spills (flat rows
+    are the default; ``mma-flat-m=false`` keeps ``(n, p, q)``)."""
     make, _ = _conv("int8", N=4, H=16, W=16)
     counts = []
-    for opts in ("map-to-gpu{mma-epilogue=staged}", FLAT.format("staged")):
+    for opts in ("map-to-gpu{mma-epilogue=staged mma-flat-m=false}", FLAT.format("staged")):
         m = make()
         PassManager(opts).run(m)
         p = lower_to_ptx(m, arch="sm_90")

@@ -88,12 +88,14 @@ kernels went 36.9 -> 38.4 (2) -> 49.2 us (4) in int8: their registers rose from 
 (3 CTAs per SM to 2), and the CTAs an SM already holds overlap one another's loads and
 epilogues. It stays an option for a tuner (a few layer-2 kernels ran 2-3% faster at 3).
 
-**Flat rows** (map-to-gpu's ``mma-flat-m``, off until timed): the M dims in the output's
+**Flat rows** (map-to-gpu's ``mma-flat-m``, on by default): the M dims in the output's
 memory order (contraction.rows_in_memory_order) and the point program's accesses that are
 linear in ``m`` with one index (:func:`m_linear_accesses`): ResNet-50 b32's int8 layer-1 conv3
 + residual kernel loses 236 of its 1993 epilogue instructions (64-bit row address arithmetic)
 and 22 registers (138 -> 116), statically; Nsight Compute found these kernels bound by the
-integer ALU pipe (session 13, bench/RESULTS.md).
+integer ALU pipe (session 13, bench/RESULTS.md). Timed on the H200 (2026-12-03, 7 interleaved
+rounds): int8 conv3 + residual 32.4 -> 29.0 us, downsample 23.1 -> 21.3, conv1 21.9 -> 20.4;
+the later layers within noise.
 
 **Tuning options**: map-to-gpu's ``mma-tiles`` replaces :data:`TILES` and ``mma-stages`` the
 stage count (:func:`parse_tiles`, :func:`choose`), for runs such as ``bench/resnet50_int8.py
@@ -809,7 +811,7 @@ def schedule(op: Operation, options=None) -> Operation | None:
     if epilogue != cfg.epilogue and valid(c, staged := attrs.evolve(cfg, epilogue=epilogue)):
         cfg = staged
     cfg = with_m_tiles(c, cfg, getattr(options, "mma_m_tiles", 0) or m_tiles(c, cfg))
-    flat_m = getattr(options, "mma_flat_m", False)
+    flat_m = getattr(options, "mma_flat_m", True)
     if flat_m:
         c = rows_in_memory_order(c)
     launch = _Builder(c, cfg, flat_m).build()
