@@ -6,6 +6,8 @@ graph, and random graphs from the shared strategy: each is interpreted before an
 (``check_numerics``) and must be equal; afterwards no top-level loop.parallel/for/copy remains
 and every launch is within CUDA's limits."""
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -117,6 +119,59 @@ def test_nests_whose_threads_loop_spread_over_the_sms(rows, block):
     (launch,) = launches(m)
     assert launch.attributes["block"] == (block, 1, 1)
     assert launch.attributes["grid"][0] * block >= rows
+
+
+def _pool_program(rows, inner, outer=1, ordered=True):
+    """y[i] = sum over (a, j) of x[i, a, j], each thread looping over a (``outer``) and j
+    (``inner``), the sum in iteration order."""
+    def body(b, x, y):
+        _, p, (i,) = parallel_loop(b, (0,), (rows,))
+        fo, ob, a, (acc0,) = for_loop(p, 0, outer, inits=[c(p, 0.0, F32)])
+        fi, ib, j, (acc,) = for_loop(ob, 0, inner, inits=[acc0])
+        ib.create("loop.yield", [op(ib, "arith.add", acc, load(ib, x, i, a, j))])
+        ob.create("loop.yield", [fi.results[0]])
+        if ordered:
+            fo.attributes["ordered"] = fi.attributes["ordered"] = True
+        store(p, fo.results[0], y, i)
+
+    return module({"x": buf(rows, outer, inner), "y": buf(rows)}, ["y"], body)
+
+
+@pytest.mark.parametrize("outer,inner,unrolled", [(1, 3, [3]), (7, 7, [7]), (2, 9, []),
+                                                  (1, 8, [8])])
+def test_short_inner_loops_of_a_thread_are_unrolled(outer, inner, unrolled):
+    """A thread's innermost loop that loads and runs at most pointwise.UNROLL_TRIPS iterations
+    is marked ``unroll`` (its loads in flight together: a 7 x 7 global pool waited 49 memory
+    latencies in a row); longer and outer loops are not. The mapped program computes the same
+    bits, and the nvptx lowering of an unrolled loop has no loop left: one load per iteration,
+    straight-line."""
+    rows = 64
+    m = _pool_program(rows, inner, outer)
+    x = np.random.default_rng(3).standard_normal((rows, outer, inner)).astype(np.float32)
+    before = interpret(m, {"x": x})["y"]
+    got = map_and_check(m, {"x": x})["y"]
+    np.testing.assert_array_equal(got, before)  # the same adds, in the same order
+    fors = [o for o in m.walk() if o.name == "loop.for"]
+    assert sorted(o.attr("upper") for o in fors if o.attr("unroll")) == unrolled
+    from ptxc.lower.loop_to_llvm import lower_loop_to_llvm
+    text = lower_loop_to_llvm(m, target="nvptx").text
+    loads = text.count(" = load float")
+    headers = len(re.findall(r"^loop(\.\d+)?:", text, re.M))  # llvm_kernel.loop's blocks
+    assert (loads, headers) == ((inner, 1) if unrolled else (1, 2))  # the outer loop stays
+
+
+def test_an_unrolled_loop_runs_on_the_cpu_as_in_the_interpreter():
+    """``loop.for {unroll}`` is the same loop to every lowering: the CPU JIT (which runs the
+    loop IR before map-to-gpu, so the attribute set by hand) gives the interpreter's bits."""
+    from ptxc.driver.cpu import CpuProgram
+    m = _pool_program(5, 6, 3)
+    for o in m.walk():
+        if o.name == "loop.for":
+            o.attributes["unroll"] = True
+    verify(parse_ir(print_ir(m)))
+    x = np.random.default_rng(4).standard_normal((5, 3, 6)).astype(np.float32)
+    np.testing.assert_array_equal(CpuProgram.from_module(m)({"x": x})["y"],
+                                  interpret(m, {"x": x})["y"])
 
 
 def test_copies_rank_2_and_rank_0():

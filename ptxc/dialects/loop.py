@@ -287,7 +287,13 @@ class For(OpSpec):
                   "step": Attr("int", default=1),
                   "ordered": Attr("bool", default=False,
                                   doc="the carried values combine in iteration order: a schedule "
-                                      "may not reassociate them (tensor.generic's ordered)")}
+                                      "may not reassociate them (tensor.generic's ordered)"),
+                  "unroll": Attr("bool", default=False,
+                                 doc="lower the body once per iteration, straight-line (no "
+                                     "branch), so that the loads of every iteration can be in "
+                                     "flight together; the semantics are unchanged (the "
+                                     "pointwise GPU schedule sets it on a thread's short inner "
+                                     "loops)")}
     regions = 1
 
     def infer_types(self, op):

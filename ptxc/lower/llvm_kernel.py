@@ -186,6 +186,10 @@ class _Kernel(ScalarEmitter):
             def body(t, carried):
                 return self.block(block, [self.affine(t, lo, st), *carried])
             outs = self.loop(self.begin, self.end, 1, body, inits)
+        elif op.attr("unroll"):  # straight-line: one copy of the body per iteration
+            outs = inits
+            for iv in range(lo, hi, st):
+                outs = self.block(block, [ir.Constant(I64, iv), *outs])
         else:
             outs = self.loop(lo, hi, st, lambda iv, c: self.block(block, [iv, *c]), inits)
         for r, v in zip(op.results, outs):

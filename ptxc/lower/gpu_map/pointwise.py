@@ -43,6 +43,9 @@ def schedule(op: Operation, options) -> Operation | None:
             clone_body(body, b, dict(zip(body.args, ivs)))
         if any(o.name == "loop.for" for o in op.walk()):
             max_block = _spread(points(trips), max_block)
+            launch = _nest(op, trips, lower, step, emit, max_block, "pointwise")
+            unroll_short_loops(launch)
+            return launch
         return _nest(op, trips, lower, step, emit, max_block, "pointwise")
     if op.name == "loop.copy":
         src, dst = op.operands
@@ -61,6 +64,31 @@ def schedule(op: Operation, options) -> Operation | None:
             b.insert(op.clone({}))
         return _nest(op, [], [], [], emit, max_block, "sequential")
     return None
+
+
+#: the most iterations of a thread's innermost loop that are unrolled (``loop.for {unroll}``)
+UNROLL_TRIPS = 8
+
+
+def unroll_short_loops(launch: Operation) -> None:
+    """Mark each innermost ``loop.for`` of ``launch`` that loads and runs at most
+    :data:`UNROLL_TRIPS` iterations ``unroll`` (lowered straight-line). A thread that sums a
+    7 x 7 pool window otherwise waits for each pixel's loads before it issues the next ones:
+    49 memory latencies in a row (ResNet-50 b32's int8 global pool, 8 channels a thread, took
+    20 us on the H200 for 16 MB). Unrolled, the 7 pixels of a row are in flight together; the
+    carried values still combine in iteration order. Before/after (the inner loop)::
+
+        %s = "loop.for"(%acc) ({ ... loop.load ... }) {lower = 0, upper = 7}
+        %s = "loop.for"(%acc) ({ ... loop.load ... }) {lower = 0, unroll = true, upper = 7}
+    """
+    for o in launch.walk():
+        if o.name != "loop.for" or o is launch:
+            continue
+        inner = [x for x in o.walk() if x is not o]
+        trips = len(range(o.attr("lower"), o.attr("upper"), o.attr("step")))
+        if (trips <= UNROLL_TRIPS and not any(x.name == "loop.for" for x in inner)
+                and any(x.name == "loop.load" for x in inner)):
+            o.attributes["unroll"] = True
 
 
 def _spread(n: int, max_block: int) -> int:
