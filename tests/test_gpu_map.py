@@ -122,13 +122,14 @@ def test_nests_whose_threads_loop_spread_over_the_sms(rows, block):
 
 
 def _pool_program(rows, inner, outer=1, ordered=True):
-    """y[i] = sum over (a, j) of x[i, a, j], each thread looping over a (``outer``) and j
+    """y[i] = sum over (a, j) of x[i, a, j]**2, each thread looping over a (``outer``) and j
     (``inner``), the sum in iteration order."""
     def body(b, x, y):
         _, p, (i,) = parallel_loop(b, (0,), (rows,))
         fo, ob, a, (acc0,) = for_loop(p, 0, outer, inits=[c(p, 0.0, F32)])
         fi, ib, j, (acc,) = for_loop(ob, 0, inner, inits=[acc0])
-        ib.create("loop.yield", [op(ib, "arith.add", acc, load(ib, x, i, a, j))])
+        v = load(ib, x, i, a, j)
+        ib.create("loop.yield", [op(ib, "arith.add", acc, op(ib, "arith.mul", v, v))])
         ob.create("loop.yield", [fi.results[0]])
         if ordered:
             fo.attributes["ordered"] = fi.attributes["ordered"] = True
@@ -144,7 +145,7 @@ def test_short_inner_loops_of_a_thread_are_unrolled(outer, inner, unrolled):
     is marked ``unroll`` (its loads in flight together: a 7 x 7 global pool waited 49 memory
     latencies in a row); longer and outer loops are not. The mapped program computes the same
     bits, and the nvptx lowering of an unrolled loop has no loop left: one load per iteration,
-    straight-line."""
+    straight-line, the loads of all iterations before the chain of adds."""
     rows = 64
     m = _pool_program(rows, inner, outer)
     x = np.random.default_rng(3).standard_normal((rows, outer, inner)).astype(np.float32)
@@ -158,6 +159,9 @@ def test_short_inner_loops_of_a_thread_are_unrolled(outer, inner, unrolled):
     loads = text.count(" = load float")
     headers = len(re.findall(r"^loop(\.\d+)?:", text, re.M))  # llvm_kernel.loop's blocks
     assert (loads, headers) == ((inner, 1) if unrolled else (1, 2))  # the outer loop stays
+    if unrolled:  # every iteration's load first, then the squares, then the chain of adds
+        assert text.rindex(" = load float") < text.index(" = fmul") < text.index(" = fadd")
+        assert text.rindex(" = fmul") < text.index(" = fadd")
 
 
 def test_an_unrolled_loop_runs_on_the_cpu_as_in_the_interpreter():

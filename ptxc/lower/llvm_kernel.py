@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..ir.core import BlockArgument, Operation, Value
+from ..ir.core import BlockArgument, Operation, OpResult, Value
 from ..ir.types import BufferType
 from . import llvm_tensorcore, llvm_wgmma
 from .llvm_fold import FoldingBuilder
@@ -186,14 +186,60 @@ class _Kernel(ScalarEmitter):
             def body(t, carried):
                 return self.block(block, [self.affine(t, lo, st), *carried])
             outs = self.loop(self.begin, self.end, 1, body, inits)
-        elif op.attr("unroll"):  # straight-line: one copy of the body per iteration
-            outs = inits
-            for iv in range(lo, hi, st):
-                outs = self.block(block, [ir.Constant(I64, iv), *outs])
+        elif op.attr("unroll"):
+            outs = self.unrolled(block, range(lo, hi, st), inits)
         else:
             outs = self.loop(lo, hi, st, lambda iv, c: self.block(block, [iv, *c]), inits)
         for r, v in zip(op.results, outs):
             self.vals[r] = v
+
+    def unrolled(self, block, ivs, inits) -> list:
+        """A ``loop.for {unroll}`` straight-line, one copy of the body per iteration. Where the
+        body stores nothing, its ops are emitted in three waves: the loads of EVERY iteration
+        (with their index arithmetic), then what is computed from the loads alone, then the
+        chain through the carried values. NVPTX schedules in source order, so this is what puts
+        all the loads in flight together. Before/after, ``acc += f(x[i])`` over 3 iterations::
+
+            x0 = load; a = acc + f(x0); x1 = load; a = a + f(x1); x2 = load; a = a + f(x2)
+            x0 = load; x1 = load; x2 = load; f0 = f(x0); f1 = f(x1); f2 = f(x2)
+            a = acc + f0; a = a + f1; a = a + f2
+        """
+        ops = [o for o in block.ops if o.name != "loop.yield"]
+        mine = {id(o) for o in ops}
+        carried = {id(a) for a in block.args[1:]}
+        free = set()   # ops whose value depends on the induction variable and outer values only
+        if not any(x.name == "loop.store" or x.regions for o in ops for x in o.walk()):
+            for o in ops:
+                if not any(id(v) in carried or (isinstance(v, OpResult) and id(v.owner) in mine
+                                                and v.owner not in free) for v in o.operands):
+                    free.add(o)
+        addressing = set()   # the loads and the free ops their indices come from
+        for o in reversed(ops):
+            if o in free and (o.name == "loop.load" or any(
+                    isinstance(v, OpResult) and v.owner is o for u in addressing
+                    for v in u.operands)):
+                addressing.add(o)
+        waves = [[o for o in ops if o in addressing], [o for o in ops if o in free and
+                                                       o not in addressing]]
+        values = [{} for _ in ivs]
+        for wave in waves:
+            for iv, vals in zip(ivs, values):
+                self.vals[block.args[0]] = ir.Constant(I64, iv)
+                self.vals.update(vals)
+                for o in wave:
+                    self.emit(o)
+                vals.update({r: self.vals[r] for o in wave for r in o.results})
+        outs = list(inits)
+        for iv, vals in zip(ivs, values):
+            self.vals[block.args[0]] = ir.Constant(I64, iv)
+            self.vals.update(vals)
+            for a, v in zip(block.args[1:], outs):
+                self.vals[a] = v
+            for o in ops:
+                if o not in free:
+                    self.emit(o)
+            outs = [self.vals[v] for v in block.last_op.operands]
+        return outs
 
     def parallel(self, op: Operation, split: bool) -> None:
         lo, hi = op.attributes["lower"], op.attributes["upper"]
