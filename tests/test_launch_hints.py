@@ -32,13 +32,19 @@ def test_thread_and_block_ids_carry_their_ranges():
     assert "mul.hi.u64" not in ptx and "mul.hi.s64" not in ptx
 
 
-@pytest.mark.parametrize("blocks", [0, 3])
-def test_mma_min_blocks_is_the_kernels_minnctapersm(blocks):
-    m = loop_module(matmul_model(M=256, K=64, N=128))
-    PassManager(f"map-to-gpu{{mma-min-blocks={blocks}}}").run(m)
+@pytest.mark.parametrize("blocks", [0, 1, 3])
+@pytest.mark.parametrize("tile,rule", [("64x64x2x2", 3), ("128x128x2x2", 1)])
+def test_mma_min_blocks_is_the_kernels_minnctapersm(blocks, tile, rule):
+    """0: mma.min_blocks decides: 3 for a 32 x 32 warp tile (32 accumulators a thread), 1
+    (ptxas's choice) for 64 x 64; an explicit count wins."""
+    m = loop_module(matmul_model(M=256, K=256, N=128))
+    PassManager(f"map-to-gpu{{mma-min-blocks={blocks} mma-tiles=[{tile}]}}").run(m)
+    (launch,) = [o for o in m.walk() if o.name == "gpu.launch"]
+    assert launch.attributes["schedule"] == "mma"
+    want = blocks or rule
+    assert launch.attributes.get("min_blocks", 1) == want
     ptx = lower_to_ptx(m).ptx
-    want = blocks or 1      # 0: the schedule's choice (mma.min_blocks: 1)
-    assert f".minnctapersm {want}" in ptx
+    assert (".minnctapersm 3" in ptx) == (want == 3)
 
 
 def test_bad_min_blocks_is_an_error():

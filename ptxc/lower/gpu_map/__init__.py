@@ -172,9 +172,10 @@ class MapToGpu(Pass):
     ``ptxc.ptx.default_arch()``, what lower_to_ptx builds for) is the arch
     the kernels are for; a compile passes its own.
     ``mma-min-blocks``: blocks per SM an mma kernel's registers must allow (``minctasm``; 0,
-    the default: mma.min_blocks decides, which leaves it to ptxas: 3 or 4 for every kernel
-    made ResNet-50 b32 slower on the H200, int8 1.45 and 2.17 ms against 1.43, fp16 1.92
-    and 2.59 against 1.81, 2026-12-02).
+    the default: mma.min_blocks decides: 3 for warp tiles of at most 64 accumulators per
+    thread, else ptxas's choice; 3 or 4 for every kernel made ResNet-50 b32 slower on the
+    H200, int8 1.45 and 2.17 ms against 1.43, fp16 1.92 and 2.59 against 1.81, 2026-12-02;
+    1: ptxas's choice everywhere).
     ``mma-stages`` (0: the schedule's 3) and ``mma-tiles`` (``[BMxBNxWARPS_MxWARPS_N, ...]``,
     largest first; empty: mma.TILES): the mma.sync schedule's cp.async stages and the CTA
     tiles its heuristic picks from, for tuning runs (``bench/resnet50_int8.py --variant``).

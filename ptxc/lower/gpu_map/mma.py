@@ -849,9 +849,23 @@ def with_m_tiles(c: Contraction, cfg: Config, tiles: int) -> Config:
     return out if valid(c, out) else cfg
 
 
+#: shared memory of one sm_90 SM (228 KiB; a block also takes 1 KiB the driver reserves)
+SM_SHARED = 228 * 1024
+#: accumulator registers per thread up to which ptxas fits a CTA in 65536 / (3 x its threads)
+#: registers without spilling (a 64 x 32 warp tile: 64; the 64 x 64 ones spilled 144-480 bytes)
+THREE_BLOCKS_MAX_ACC = 64
+
+
 def min_blocks(c: Contraction, cfg: Config) -> int:
     """How many blocks of ``cfg`` each SM should hold at once (``minctasm``: ptxas then fits
-    their registers): 1, ptxas's own choice. Measured (MapToGpu's ``mma-min-blocks``): 3 for
-    every kernel sped up a few short-K int8 kernels (ResNet-50's layer-3 conv3, 20 -> 17 us)
-    and slowed the 128x128x128 ones (22 -> 37 us); a per-kernel rule needs a tuner's data."""
+    their registers; 1 leaves it to ptxas). 3 where a thread holds at most
+    :data:`THREE_BLOCKS_MAX_ACC` accumulators and 3 CTAs' shared memory fits an SM: ptxas
+    otherwise gave ResNet-50 b32's 128x64 kernels with several K tiles 218-222 registers
+    (2 CTAs per SM: its layer-1 conv1, 784 CTAs, ran in 3 waves; the stem in 12), and fits
+    them in 168 without spills. Not the 64 x 64 warp tiles: at 168 registers they spilled
+    (and 3 for every kernel, map-to-gpu's ``mma-min-blocks=3``, slowed the 128x128x128
+    ones 22 -> 37 us on the H200, session 12)."""
+    acc = cfg.wm * cfg.wn // 32
+    if acc <= THREE_BLOCKS_MAX_ACC and 3 * (shared_bytes(c, cfg) + 1024) <= SM_SHARED:
+        return 3
     return 1
