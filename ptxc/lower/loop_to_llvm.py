@@ -49,7 +49,7 @@ flag*: a scratch slot named ``ptxc.error`` (:data:`ERROR_SLOT`), one ``int32``, 
 kernel (so the planner gives it memory no other buffer shares: it is planned like any other
 buffer, and each execution context has its own). A kernel holding a check takes it as one more
 pointer argument; a failing check stores its number (1-based, into the table's ``checks``:
-the descriptions) with a branch marked unlikely and goes on with index 0, an in-bounds read::
+the descriptions, one number per distinct description) with a branch marked unlikely and goes on with index 0, an in-bounds read::
 
     %neg = icmp slt i64 %i, 0 ; %w = select %neg, (add %i, 5), %i ; %ok = icmp ult i64 %w, 5
     br i1 %ok, %cont, %fail        ; fail: store i32 1, ptr %flag ; br %cont
@@ -273,7 +273,10 @@ def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None
     for n, a in zip(names, body.args):
         add_slot(a, "arg", n)
     checks = [o for o in f.walk() if o.name == "arith.check_index"]
-    check_ids = {id(o): k + 1 for k, o in enumerate(checks)}
+    # one number per description: checks that say the same (a body cloned for each point of a
+    # short innermost run, lower-tensor-to-loop's nest.py) report the same error
+    messages = list(dict.fromkeys(o.attributes["check"] for o in checks))
+    check_ids = {id(o): messages.index(o.attributes["check"]) + 1 for o in checks}
     if checks:  # the error flag (see "Run-time checks")
         slot_of[_ERROR] = len(slots)
         slots.append({"kind": "alloc", "name": ERROR_SLOT, "dtype": "int32", "shape": (1,),
@@ -310,7 +313,7 @@ def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None
         kernels = _static_shared_padded(m, kernels)
     table = KernelTable(tuple(BufferSlot(**s) for s in slots), tuple(kernels),
                         tuple(n for n in names if n not in output_names(f)),
-                        tuple(output_names(f)), tuple(o.attributes["check"] for o in checks),
+                        tuple(output_names(f)), tuple(messages),
                         tuple(f.attributes.get("loop.result_names", ())))
     text = _with_twins(m, twins)
     if verify:

@@ -27,7 +27,10 @@ is one package because the analysis decides what the nests look like):
   f32 accumulator as their reference computes;
 * loop nests absorb an inlined bias init and a fused epilogue (conv + bias + activation is one
   kernel writing its final result where it is consumed);
-* a pad fills only its border; its source's producer writes the interior when it can;
+* a pad fills only its border; its source's producer writes the interior when it can, and
+  the border along the innermost dim too when it is an elementwise nest (plan.py, nest.py);
+* an elementwise nest whose innermost dim is one short run (4 to 16 bytes) computes it whole
+  per point, so its stores merge into one vector store (nest.py, "Short innermost dims");
 * a result named like an input gets a ``_out`` suffix (one name, one binding).
 """
 

@@ -35,10 +35,7 @@ import numpy as np
 from ...dialects.loop import parallel_loop
 from ...ir.builder import Builder
 from ...ir.types import INDEX
-from .nest import Scope, const
-
-#: bytes a fill point stores along a contiguous innermost dim, largest first
-RUN_BYTES = (16, 8, 4)
+from .nest import RUN_BYTES, Scope, const  # noqa: F401  (RUN_BYTES: the bytes of a run, here too)
 
 
 def run_length(place, dims) -> int:
@@ -86,13 +83,16 @@ def fill(lw, place, value, loc=None) -> None:
     fill_box(lw, place, [0] * len(place.shape), list(place.shape), value, loc)
 
 
-def border_slabs(shape, low, inner_shape) -> list:
+def border_slabs(shape, low, inner_shape, skip=()) -> list:
     """The border of a padded box as disjoint boxes ``(lower, upper)``: per padded dim, the slab
     below the interior and the one above it (dims before it restricted to the interior, dims
-    after it whole); empty slabs left out."""
+    after it whole); empty slabs left out. The slabs of the dims in ``skip`` are left out too
+    (written by someone else: the producer of a pad along the innermost dim)."""
     rank = len(shape)
     slabs = []
     for d in range(rank):
+        if d in skip:
+            continue
         lower = [low[k] if k < d else 0 for k in range(rank)]
         upper = [low[k] + inner_shape[k] if k < d else shape[k] for k in range(rank)]
         below, above = list(upper), list(lower)
@@ -103,16 +103,17 @@ def border_slabs(shape, low, inner_shape) -> list:
     return slabs
 
 
-def fill_border(lw, place, low, inner_shape, value, loc=None) -> None:
+def fill_border(lw, place, low, inner_shape, value, loc=None, skip=()) -> None:
     """Fill ``place`` (a padded tensor) everywhere except the interior box starting at ``low``
-    of ``inner_shape``: one nest over all the border slabs (see the module docstring)."""
+    of ``inner_shape``: one nest over all the border slabs (see the module docstring). The
+    slabs of the dims in ``skip`` are not filled (:func:`border_slabs`)."""
     shape = list(place.shape)
-    slabs = border_slabs(shape, low, inner_shape)
+    slabs = border_slabs(shape, low, inner_shape, skip)
     if len(slabs) <= 1:
         for lo, hi in slabs:
             fill_box(lw, place, lo, hi, value, loc)
         return
-    padded = [d for d in range(len(shape)) if inner_shape[d] != shape[d]]
+    padded = [d for d in range(len(shape)) if inner_shape[d] != shape[d] and d not in skip]
     kept = [d for d in range(len(shape)) if d not in padded]
     # the slabs agree on every kept dim (whole), so a nest dim per kept dim of extent > 1, and t
     # where the first padded dim is

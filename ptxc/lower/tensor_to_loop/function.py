@@ -46,7 +46,8 @@ from ...ir.spec import make_op
 from ...ir.types import BufferType, FunctionType, ScalarType, TensorType
 from . import data
 from .named import generalize_all
-from .nest import Const, Acc, Load, NestEmitter, NestSpec, Scope, Stage, Target, const
+from .nest import (Acc, Const, Load, NestEmitter, NestSpec, PadFill, Scope, Stage, Target,
+                   const)
 from .plan import Plan, covers
 from .storage import ALLOC, ARG, GLOBAL, OUTPUT, Place, Root
 
@@ -269,7 +270,8 @@ class Lowerer:
                 data.fill(self, p, op.attributes["value"], op.loc)
                 self.assign(op.results[0], p)
         elif name == "tensor.generic":
-            if id(op) not in self.plan.fused and id(op) not in self.plan.inlined:
+            if id(op) not in self.plan.fused and id(op) not in self.plan.inlined and \
+                    id(op) not in self.plan.pad_into:   # (that one: at its pad)
                 self.lower_generic(op)
         elif name == "tensor.extract_slice":
             self.lower_extract_slice(op)
@@ -318,17 +320,25 @@ class Lowerer:
         if self.place.get(s) != sub:
             self.transfer(s, sub, op.loc)
 
+    def pad_value(self, op: Operation):
+        """A ``tensor.pad``'s value: a number, or ``(scope) -> Value`` for a scalar operand."""
+        if len(op.operands) == 2:
+            v = op.operands[1]
+            return lambda scope: self.scalar(v, scope)  # noqa: E731
+        value = op.attributes.get("value", 0)
+        return float(value) if op.results[0].type.element.is_float else value
+
     def lower_pad(self, op: Operation) -> None:
         s, r = op.operands[0], op.results[0]
         here = self.plan.demand[r]
         self.assign(r, here)
-        if len(op.operands) == 2:
-            v = op.operands[1]
-            value = lambda scope: self.scalar(v, scope)  # noqa: E731
-        else:
-            value = op.attributes.get("value", 0)
-            if r.type.element.is_float:
-                value = float(value)
+        value = self.pad_value(op)
+        g = self.plan.pad_from.get(id(op))
+        if g is not None:   # g's nest writes the interior and the innermost dim's border
+            self.lower_generic(g, pad=op)
+            data.fill_border(self, here, op.attr("low"), s.type.shape, value, op.loc,
+                             skip=(s.type.rank - 1,))
+            return
         data.fill_border(self, here, op.attr("low"), s.type.shape, value, op.loc)
         interior = here.sub(op.attr("low"), s.type.shape, (1,) * s.type.rank)
         if self.place.get(s) != interior:
@@ -360,7 +370,9 @@ class Lowerer:
                 return p
         return Place.fresh(ALLOC, r.type, r.name_hint)
 
-    def lower_generic(self, g: Operation) -> None:
+    def lower_generic(self, g: Operation, pad: Operation | None = None) -> None:
+        """The nest of ``g``; with ``pad`` (plan.pad_into) it also writes ``pad``'s border along
+        the innermost dim (nest.PadFill)."""
         plan = self.plan
         ins, outs = generic_parts(g)
         maps = g.attr("indexing_maps")
@@ -418,8 +430,23 @@ class Lowerer:
             targets = [self._targets(er, place, em)]
             if er not in plan.scatter:
                 self.assign(er, place)
+        fill = None
+        if pad is not None:
+            (r,) = g.results
+            dim = plan.pad_dim(g, pad)
+            low, high = pad.attr("low"), pad.attr("high")
+            shape = list(r.type.shape)
+            outer = plan.demand[pad.results[0]]
+            # the pad's place restricted to the interior along every dim but the last
+            place = outer.sub(list(low[:-1]) + [0], shape[:-1] + [outer.shape[-1]],
+                              (1,) * len(shape))
+            m = [tuple(row) for row in maps[len(ins)]]
+            m[-1] = m[-1][:-1] + (m[-1][-1] + low[-1],)
+            targets = [[Target(place, tuple(m))]]
+            fill = PadFill(dim, shape[-1], low[-1], high[-1], self.pad_value(pad),
+                           r.type.element)
         spec = NestSpec(g, tuple(bounds), tuple(iters), main, acc_types, out_types, inits,
-                        targets, epilogue)
+                        targets, epilogue, fill)
         self.nests.emit(spec)
 
     def _is_empty(self, v: Value) -> bool:

@@ -24,6 +24,36 @@ outermost (the runtime splits the outermost dim over threads), the rest keep the
 Reduction dims keep their order (a convolution's ``(c, kh, kw)``: the innermost walks the
 input's last dim). docs/lowering.md leaves the order open; this is the decision.
 
+**Short innermost dims** (:func:`whole_run`). An all-parallel nest whose innermost dim is
+stored along the contiguous last dim of every target as one naturally aligned run of 4, 8 or
+16 bytes (4 int8, 4 f16, 4 f32, ...) is not a loop over that dim: each point computes all of
+it, the dim a constant per copy of the body, so the run's adjacent stores merge into one
+vector store and the nest has a run's fewer points; the next dim inward becomes the
+innermost loop (neighbouring GPU threads then read and write neighbouring elements of it).
+Longer innermost dims keep one point per element (their stores coalesce already; widening
+them is a question for the GPU's clock, not yet asked).
+
+**Pads along the innermost dim** (:class:`PadFill`; plan.py decides when). A ``tensor.pad``
+whose last dim is padded, reading the result of an all-parallel generic that nothing else
+reads, is written by that generic's nest: the nest's dim that walks the last dim ranges over
+the padded extent ``[-low, size + high)``, and a point outside ``[0, size)`` stores the pad
+value. Where that dim is a constant (a short dim computed whole) the choice is made here and
+a pad cell computes nothing; where it is a loop variable the point is computed at the dim
+clamped into ``[0, size)`` (every load and ``tensor.index`` of a real point: nothing reads
+out of bounds) and ``arith.select`` picks the value. The pad's other dims are filled by
+data.fill_border as before. ResNet-50's input, quantized to int8 and transposed to NHWC with
+its 3 channels padded to 4 (batch 32)::
+
+    before: 3 kernels
+      loop.parallel (h, n, w, c in [0,3)):  store q(x[n, c, h, w]) -> P[n, h, w, c]   4.8M points
+      loop.parallel (n, h, w):              store 0 -> P[n, h, w, 3]                   1.6M points
+      loop.parallel (t, c step 4):          the spatial border, 4 stores per point
+    after: 2 kernels
+      loop.parallel (h, n, w):                                                      1.6M points
+        a, b, c = q(x[n, 0, h, w]), q(x[n, 1, h, w]), q(x[n, 2, h, w])
+        store a, b, c, 0 -> P[n, h, w, 0..3]          (one 4-byte store in PTX; 8 in fp16)
+      loop.parallel (t, c step 4):          the spatial border, as before
+
 Scalars computed in bodies are cloned as they are (arith/math ops are the same at both
 stages); ``tensor.index`` becomes the affine expression of the nest's induction variables,
 ``tensor.extract`` a ``loop.load``. Affine index expressions are emitted at the shallowest level
@@ -156,6 +186,20 @@ class Target:
 
 
 @attrs.define
+class PadFill:
+    """The nest also writes a pad's border along one dim (see "Pads along the innermost dim"
+    in the module docstring): nest dim ``dim``, whose points ``[0, size)`` are the op's, ranges
+    over ``[-low, size + high)``; a point outside ``[0, size)`` stores ``value`` (a Python number,
+    or a callable ``(scope) -> Value``) of element type ``type``."""
+    dim: int
+    size: int
+    low: int
+    high: int
+    value: object
+    type: ScalarType
+
+
+@attrs.define
 class NestSpec:
     op: Operation                 # for the loc
     bounds: tuple
@@ -166,6 +210,7 @@ class NestSpec:
     inits: list                   # per accumulator: Load | Const | Stage | None (not read)
     targets: list                 # per final value: list[Target]
     epilogue: Stage | None = None
+    pad: PadFill | None = None    # a pad border written by this (all-parallel) nest
 
 
 def parallel_order(bounds, iters, ranges, store_map) -> list[int]:
@@ -189,6 +234,36 @@ def parallel_order(bounds, iters, ranges, store_map) -> list[int]:
 #: points computed per iteration of the innermost parallel dim of a reduction nest (the first
 #: that fits its extent), each with its own accumulator
 UNROLL = (8, 4)
+
+
+#: bytes of a run, largest first: what a fill point stores along a contiguous innermost dim
+#: (data.py), and the sizes of a short innermost dim an all-parallel nest's point computes whole
+RUN_BYTES = (16, 8, 4)
+
+
+def whole_run(ranges, inner, targets) -> bool:
+    """Whether the all-parallel nest's innermost dim ``inner`` is short enough to be computed
+    whole by each point: every target stores it along its place's contiguous last dim as one
+    naturally aligned run of 4, 8 or 16 bytes (so the run's adjacent stores merge into one
+    vector store)."""
+    lo, hi = ranges[inner]
+    e = hi - lo
+    if e <= 1:
+        return False
+    for ts in targets:
+        for t in ts:
+            layout = t.place.layout
+            if not t.map or layout.strides[-1] != 1:
+                return False
+            terms = row_terms(t.map[-1])
+            if terms != [(inner, 1)] or any(inner in dict(row_terms(r)) for r in t.map[:-1]):
+                return False
+            if e * max(1, layout.element.bitwidth // 8) not in RUN_BYTES:
+                return False
+            start = layout.offset + int(t.map[-1][-1]) + lo
+            if start % e or any(s % e for s in layout.strides[:-1]):
+                return False
+    return True
 
 
 class NestEmitter:
@@ -252,11 +327,19 @@ class NestEmitter:
         if restrict is not None:
             d, lo, hi = restrict
             ranges[d] = [lo, hi]
+        if spec.pad is not None:
+            pd = spec.pad
+            if restrict is not None:
+                raise CompileError(f"{spec.op.where}: internal: a scattered nest with a pad")
+            ranges[pd.dim] = [-pd.low, pd.size + pd.high]
         if any(ranges[d][1] <= ranges[d][0] for d in range(n) if spec.iters[d] == "parallel"):
             return  # no points
         order = parallel_order(spec.bounds, spec.iters, ranges, targets[0][0].map)
         has_red = any(t == "reduction" and ranges[d][1] - ranges[d][0] > 1
                       for d, t in enumerate(spec.iters))
+        if order and not has_red and whole_run(ranges, order[-1], targets):
+            self._nest(spec, ranges, targets, None, whole=order[-1])
+            return
         if order and has_red:
             inner = order[-1]
             lo, hi = ranges[inner]
@@ -273,17 +356,25 @@ class NestEmitter:
                 return
         self._nest(spec, ranges, targets, None)
 
-    def _nest(self, spec, ranges, targets, unroll) -> None:
+    def _nest(self, spec, ranges, targets, unroll, whole=None) -> None:
         """One nest over ``ranges``; ``unroll = (dim, u)``: that dim steps by ``u`` and each
         iteration computes ``u`` points, with ``u`` accumulators carried side by side (an
         unroll-and-jam: loads that do not depend on the dim are shared, and the ``u``
-        independent chains are what the SLP vectorizer packs)."""
+        independent chains are what the SLP vectorizer packs). ``whole``: a dim that is no
+        loop of the nest: each iteration computes every point of it, the dim a constant in
+        each (an all-parallel nest's short innermost dim, :func:`whole_run`)."""
         n = len(spec.bounds)
         dims: dict = {}
         for d in range(n):
             if ranges[d][1] - ranges[d][0] == 1:
                 dims[d] = ranges[d][0]
-        order = parallel_order(spec.bounds, spec.iters, ranges, targets[0][0].map)
+        if whole is None:
+            order = parallel_order(spec.bounds, spec.iters, ranges, targets[0][0].map)
+        else:
+            # the next store dim inward becomes the nest's innermost (coalesced on a GPU)
+            rest = [list(r) for r in ranges]
+            rest[whole] = [ranges[whole][0], ranges[whole][0] + 1]
+            order = parallel_order(spec.bounds, spec.iters, rest, targets[0][0].map[:-1])
         red = [d for d in range(n) if spec.iters[d] == "reduction" and d not in dims]
         steps = [unroll[1] if unroll and d == unroll[0] else 1 for d in order]
         lw = self.lw
@@ -301,9 +392,67 @@ class NestEmitter:
                     v = dict(dims)
                     v[d] = pb.create("arith.add", [dims[d], const(scope, j, INDEX)]).result
                     variants.append(v)
-            self._body(spec, scope, variants, red, ranges, targets)
+            if whole is not None:
+                lo, hi = ranges[whole]
+                variants = [{**dims, whole: i} for i in range(lo, hi)]
+            # per point: the dims its value is computed at, and how its stored value is chosen
+            computed, picks = [], []
+            for v in variants:
+                at, pick = self._pad_point(spec.pad, scope, v)
+                picks.append(pick)
+                if pick != "pad":
+                    computed.append(at)
+            results = iter(self._body(spec, scope, computed, red, ranges))
+            for v, pick in zip(variants, picks):
+                vals = None if pick == "pad" else next(results)
+                if pick not in (None, "pad"):   # a dynamic point: the op's value or the pad's
+                    pv = self._pad_value(scope, spec.pad)
+                    vals = [scope.b.create("arith.select", [pick, x, pv]).result for x in vals]
+                elif pick == "pad":
+                    vals = [self._pad_value(scope, spec.pad)] * len(targets)
+                self._store(scope, vals, v, targets)
         finally:
             lw.anchor = None
+
+    def _pad_point(self, pad, scope, dims):
+        """``(dims to compute at, pick)`` for one point: pick None (the op's value), ``"pad"``
+        (a pad cell known here: nothing computed) or an ``i1`` (inside the op's range), the
+        value then computed at the point clamped into the range, so that no load or index
+        leaves it."""
+        if pad is None:
+            return dims, None
+        d = dims[pad.dim]
+        if isinstance(d, int):
+            return (dims, None) if 0 <= d < pad.size else (None, "pad")
+        b = scope.b
+        conds, c = [], d
+        if pad.low:
+            conds.append(b.create("arith.cmp", [d, const(scope, 0, INDEX)],
+                                  {"predicate": "ge"}).result)
+            c = b.create("arith.max", [c, const(scope, 0, INDEX)]).result
+        if pad.high:
+            conds.append(b.create("arith.cmp", [d, const(scope, pad.size, INDEX)],
+                                  {"predicate": "lt"}).result)
+            c = b.create("arith.min", [c, const(scope, pad.size - 1, INDEX)]).result
+        if not conds:
+            return dims, None
+        inside = conds[0] if len(conds) == 1 else b.create("arith.and", conds).result
+        return {**dims, pad.dim: c}, inside
+
+    def _pad_value(self, scope, pad) -> Value:
+        key = ("pad value",)
+        v = scope.get(key)
+        if v is None:
+            v = pad.value(scope) if callable(pad.value) else const(scope, pad.value, pad.type)
+            v = scope.cache[key] = cast(scope, v, pad.type)
+        return v
+
+    def _store(self, scope, values, dims, targets) -> None:
+        for v, ts in zip(values, targets):
+            for t in ts:
+                buf = self.lw.buffer(t.place)
+                idx = [affine(scope, row, dims) for row in t.map]
+                scope.b.create("loop.store", [v, buf, idx])
 
     def _level(self, m, red) -> int:
         lv = 0
@@ -313,7 +462,9 @@ class NestEmitter:
                     lv = max(lv, red.index(i) + 1)
         return lv
 
-    def _body(self, spec, scope0, variants, red, ranges, targets) -> None:
+    def _body(self, spec, scope0, variants, red, ranges) -> list[list[Value]]:
+        """The final values (after the epilogue) of each point ``variants`` lists, computed
+        side by side."""
         main = spec.main
         n_acc = len(spec.acc_types)
         n_in = len(main.args) - n_acc
@@ -368,7 +519,10 @@ class NestEmitter:
             fb.create("loop.yield", ys)
             return list(loop.results)
 
+        if not variants:
+            return []
         flat = level(0, scope0, accs)
+        out = []
         for j, dims in enumerate(variants):
             results = [cast(scope0, v, t) for v, t in
                        zip(flat[j * n_acc:(j + 1) * n_acc], spec.out_types)]
@@ -378,8 +532,5 @@ class NestEmitter:
                         (self.source(scope0, a, dims) if a is not None else None)
                         for a in e.args]
                 results = self.run_stage(scope0, e, args, dims)
-            for v, ts in zip(results, targets):
-                for t in ts:
-                    buf = self.lw.buffer(t.place)
-                    idx = [affine(scope0, row, dims) for row in t.map]
-                    scope0.b.create("loop.store", [v, buf, idx])
+            out.append(results)
+        return out

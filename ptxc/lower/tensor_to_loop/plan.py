@@ -29,7 +29,13 @@ place a value's producer should write it to, so that no copy is needed later:
 * the init of a DPS op whose result is demanded somewhere, used only there, is demanded there
   too (the op then updates it in place);
 * a ``tensor.pad``'s source is demanded in the interior of the padded buffer (the border is
-  filled separately), unless the source is returned or an in-place concat operand (those win);
+  filled separately), unless the source is returned or an in-place concat operand (those win).
+  Where the pad's last dim is padded and the source is the result of an all-parallel generic
+  G that only the pad reads, G's out map walking that dim with one loop dim (coefficient 1,
+  offset 0), G's nest writes the border along that dim too (``pad_into``; nest.py, "Pads along
+  the innermost dim"): the channel pad of a channels-last stem is then no kernel of its own.
+  G's nest is emitted at the pad's position (its effective position is the pad's, so its
+  inputs stay live until then and nothing between the two can write where the pad lies);
 * a reshape passes its demand on to its source (as a reshaped place) when the layout allows;
 * a value read only through ``tensor.extract_slice`` ops along one axis (a split of a merged
   layer feeding an in-place concat) is *scattered*: its producer's loop nest is emitted once per
@@ -157,6 +163,8 @@ class Plan:
         self.inlined: dict[int, Operation] = {}   # id(B) -> P
         self.demand: dict[Value, Place] = {}
         self.scatter: dict[Value, list[Piece]] = {}
+        self.pad_into: dict[int, Operation] = {}  # id(G) -> the pad whose innermost border G writes
+        self.pad_from: dict[int, Operation] = {}  # id(pad) -> G
         self._collect_uses()
         self._fuse()
         self._chains()
@@ -402,7 +410,41 @@ class Plan:
             here = self.demand[r] = self._fresh(r)
         if id(s) not in strong:
             rank = s.type.rank
-            self.claim(s, here.sub(op.attr("low"), s.type.shape, (1,) * rank))
+            if self.claim(s, here.sub(op.attr("low"), s.type.shape, (1,) * rank)):
+                self._try_pad_into(op)
+
+    def pad_dim(self, g: Operation, pad: Operation) -> int | None:
+        """The loop dim of the generic ``g`` that walks the last dim of its result (read by
+        ``pad``) with coefficient 1 and offset 0, when ``g`` can write ``pad``'s border along
+        that dim (below); else None."""
+        s = pad.operands[0]
+        rank = s.type.rank
+        low, high = pad.attr("low"), pad.attr("high")
+        if rank == 0 or not (low[-1] or high[-1]) or g.name != STRUCTURED or \
+                len(g.results) != 1 or not self.single_use(s) or not self.stored(g) or \
+                id(g) in self.fused or any(t != "parallel" for t in g.attr("iterator_types")):
+            return None
+        ins, _ = generic_parts(g)
+        bounds = g.attr("bounds")
+        m = g.attr("indexing_maps")[len(ins)]
+        if bijection(m, bounds, s.type.shape) is None:
+            return None
+        terms = row_terms(m[-1])
+        if len(terms) != 1 or terms[0][1] != 1 or m[-1][-1] != 0:
+            return None
+        return terms[0][0]
+
+    def _try_pad_into(self, pad: Operation) -> None:
+        """Fold ``pad``'s border along the innermost dim into the nest of the elementwise
+        generic G that produces its source (lower-tensor-to-loop's module docstring, "Pads
+        along the innermost dim"): G's nest runs at the pad's position (its inputs stay live
+        until then), over the padded extent of that dim."""
+        g = self.producer(pad.operands[0])
+        if g is None or self.pad_dim(g, pad) is None:
+            return
+        self.pad_into[id(g)] = pad
+        self.pad_from[id(pad)] = g
+        self.eff[id(g)] = self.eff[id(pad)]
 
     def final_out_map(self, op: Operation):
         """The out map of the nest that stores ``op``'s result, over that nest's dims (a fused
