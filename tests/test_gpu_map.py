@@ -138,14 +138,14 @@ def _pool_program(rows, inner, outer=1, ordered=True):
     return module({"x": buf(rows, outer, inner), "y": buf(rows)}, ["y"], body)
 
 
-@pytest.mark.parametrize("outer,inner,unrolled", [(1, 3, [3]), (7, 7, [7]), (2, 9, []),
-                                                  (1, 8, [8])])
-def test_short_inner_loops_of_a_thread_are_unrolled(outer, inner, unrolled):
-    """A thread's innermost loop that loads and runs at most pointwise.UNROLL_TRIPS iterations
-    is marked ``unroll`` (its loads in flight together: a 7 x 7 global pool waited 49 memory
-    latencies in a row); longer and outer loops are not. The mapped program computes the same
-    bits, and the nvptx lowering of an unrolled loop has no loop left: one load per iteration,
-    straight-line, the loads of all iterations before the chain of adds."""
+@pytest.mark.parametrize("outer,inner,unrolled,loops", [
+    (1, 3, [3], 0), (7, 7, [49], 0), (2, 9, [18], 0), (16, 8, [8], 1), (1, 80, [], 2)])
+def test_a_threads_short_loops_are_unrolled(outer, inner, unrolled, loops):
+    """A thread's loops that load little (pointwise.UNROLL_TRIPS iterations, UNROLL_BYTES
+    loaded) are unrolled: a perfect nest collapsed into one loop where that one fits (a 7 x 7
+    pool window: 49), else the innermost alone; longer ones stay loops. The mapped program
+    computes the same bits, and the nvptx lowering has one load per unrolled iteration,
+    straight-line, the loads of all iterations before the squares, then the chain of adds."""
     rows = 64
     m = _pool_program(rows, inner, outer)
     x = np.random.default_rng(3).standard_normal((rows, outer, inner)).astype(np.float32)
@@ -156,10 +156,9 @@ def test_short_inner_loops_of_a_thread_are_unrolled(outer, inner, unrolled):
     assert sorted(o.attr("upper") for o in fors if o.attr("unroll")) == unrolled
     from ptxc.lower.loop_to_llvm import lower_loop_to_llvm
     text = lower_loop_to_llvm(m, target="nvptx").text
-    loads = text.count(" = load float")
     headers = len(re.findall(r"^loop(\.\d+)?:", text, re.M))  # llvm_kernel.loop's blocks
-    assert (loads, headers) == ((inner, 1) if unrolled else (1, 2))  # the outer loop stays
-    if unrolled:  # every iteration's load first, then the squares, then the chain of adds
+    assert (text.count(" = load float"), headers) == (unrolled[0] if unrolled else 1, loops)
+    if unrolled:
         assert text.rindex(" = load float") < text.index(" = fmul") < text.index(" = fadd")
         assert text.rindex(" = fmul") < text.index(" = fadd")
 

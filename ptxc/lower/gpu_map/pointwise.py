@@ -27,8 +27,9 @@ from __future__ import annotations
 from ...dialects.loop import if_op
 from ...errors import CompileError
 from ...ir.core import Operation
-from .common import (WARP, block_size, clone_body, cmp, const, delinearize, grid_size,
-                     induction_values, launch_before, linear_thread_index, parallel_space, points)
+from .common import (WARP, add, block_size, clone_body, cmp, const, delinearize, div, grid_size,
+                     induction_values, launch_before, linear_thread_index, mul, parallel_space,
+                     points, sub)
 
 
 def schedule(op: Operation, options) -> Operation | None:
@@ -66,29 +67,101 @@ def schedule(op: Operation, options) -> Operation | None:
     return None
 
 
-#: the most iterations of a thread's innermost loop that are unrolled (``loop.for {unroll}``)
-UNROLL_TRIPS = 8
+#: a thread's loop is unrolled (``loop.for {unroll}``) where it runs at most this many
+#: iterations and loads at most :data:`UNROLL_BYTES` over them all
+UNROLL_TRIPS = 64
+UNROLL_BYTES = 512
 
 
 def unroll_short_loops(launch: Operation) -> None:
-    """Mark each innermost ``loop.for`` of ``launch`` that loads and runs at most
-    :data:`UNROLL_TRIPS` iterations ``unroll`` (lowered straight-line). A thread that sums a
-    7 x 7 pool window otherwise waits for each pixel's loads before it issues the next ones:
-    49 memory latencies in a row (ResNet-50 b32's int8 global pool, 8 channels a thread, took
-    20 us on the H200 for 16 MB). Unrolled, the 7 pixels of a row are in flight together; the
-    carried values still combine in iteration order. Before/after (the inner loop)::
+    """Unroll the loops a thread of ``launch`` runs where their loads are few enough to be in
+    flight together: a perfect nest of two loops (a pool's rows and columns) is first collapsed
+    into one loop (:func:`collapse`) where that one passes, else each innermost loop that loads
+    and passes is unrolled alone. Passing: at most :data:`UNROLL_TRIPS` iterations and
+    :data:`UNROLL_BYTES` loaded over them. A thread summing a 7 x 7 pool window otherwise waits
+    for each pixel's loads before it issues the next: 49 memory latencies in a row (ResNet-50
+    b32's int8 global pool took 20 us on the H200 for 16 MB; 13 with its rows unrolled).
+    Unrolled, the loads are in flight together (llvm_kernel's unrolled lowering emits them
+    first); the carried values still combine in iteration order. Before/after::
 
-        %s = "loop.for"(%acc) ({ ... loop.load ... }) {lower = 0, upper = 7}
-        %s = "loop.for"(%acc) ({ ... loop.load ... }) {lower = 0, unroll = true, upper = 7}
+        %s = "loop.for"(%acc) ({ %t = "loop.for"(..) ({ ... loop.load ... }) {upper = 7} ... })
+             {upper = 7}
+        %s = "loop.for"(%acc) ({ ... loop.load ... }) {unroll = true, upper = 49}
     """
-    for o in launch.walk():
-        if o.name != "loop.for" or o is launch:
-            continue
-        inner = [x for x in o.walk() if x is not o]
-        trips = len(range(o.attr("lower"), o.attr("upper"), o.attr("step")))
-        if (trips <= UNROLL_TRIPS and not any(x.name == "loop.for" for x in inner)
-                and any(x.name == "loop.load" for x in inner)):
+    for o in list(launch.walk()):
+        if o.name != "loop.for" or o.parent_op is None or o.parent_op.name == "loop.for":
+            continue   # outermost loops of a thread only; their inner ones below
+        _unroll(o)
+
+
+def _unroll(loop: Operation) -> None:
+    inner = _perfect_inner(loop)
+    if inner is not None and _fits(_trips(loop) * _trips(inner), _bytes_loaded(inner)):
+        collapse(loop, inner).attributes["unroll"] = True
+        return
+    for o in loop.walk():
+        if (o.name == "loop.for" and not any(x.name == "loop.for" for x in o.walk() if x is not o)
+                and _bytes_loaded(o) and _fits(_trips(o), _bytes_loaded(o))):
             o.attributes["unroll"] = True
+
+
+def _trips(loop: Operation) -> int:
+    return len(range(loop.attr("lower"), loop.attr("upper"), loop.attr("step")))
+
+
+def _bytes_loaded(loop: Operation) -> int:
+    """Bytes one iteration of ``loop``'s body loads (its own loop.loads, not inner loops')."""
+    return sum(max(1, o.results[0].type.bitwidth // 8) for o in loop.regions[0].blocks[0].ops
+               if o.name == "loop.load")
+
+
+def _fits(trips: int, per_iteration: int) -> bool:
+    return per_iteration > 0 and trips <= UNROLL_TRIPS and trips * per_iteration <= UNROLL_BYTES
+
+
+def _perfect_inner(loop: Operation) -> Operation | None:
+    """The inner loop when ``loop``'s body is only that loop, carrying ``loop``'s values in and
+    yielding its results, with no loop inside it; else None."""
+    ops = list(loop.regions[0].blocks[0].ops)
+    if len(ops) != 2 or ops[0].name != "loop.for":
+        return None
+    inner, y = ops
+    args = list(loop.regions[0].blocks[0].args[1:])
+    if list(inner.operands) != args or list(y.operands) != list(inner.results):
+        return None
+    if any(x.name == "loop.for" for x in inner.walk() if x is not inner):
+        return None
+    return inner
+
+
+def collapse(outer: Operation, inner: Operation) -> Operation:
+    """Replace the perfect nest ``outer``/``inner`` (:func:`_perfect_inner`) by one loop over
+    the product of their trips, row-major (so the carried values combine in the same order),
+    whose induction values are decoded by constant div/rem; returns the new loop."""
+    from ...dialects.loop import for_loop
+    from ...ir.builder import Builder
+    n = _trips(inner)
+    loop, b, t, carried = for_loop(Builder.before_op(outer), 0, _trips(outer) * n,
+                                   inits=list(outer.operands), loc=outer.loc)
+    for attr in ("ordered",):
+        if outer.attr(attr) or inner.attr(attr):
+            loop.attributes[attr] = True
+
+    def iv(k, lp):   # lp's induction value at its iteration number k
+        v = k
+        if lp.attr("step") != 1:
+            v = mul(b, v, lp.attr("step"))
+        return add(b, v, lp.attr("lower")) if lp.attr("lower") else v
+    i = div(b, t, n)
+    j = sub(b, t, mul(b, i, n))
+    body = inner.regions[0].blocks[0]
+    mapping = {outer.regions[0].blocks[0].args[0]: iv(i, outer), body.args[0]: iv(j, inner)}
+    mapping.update(zip(body.args[1:], carried))
+    clone_body(body, b, mapping)
+    b.create("loop.yield", [mapping.get(v, v) for v in body.last_op.operands])
+    outer.replace_all_uses_with(list(loop.results))
+    outer.erase()
+    return loop
 
 
 def _spread(n: int, max_block: int) -> int:
