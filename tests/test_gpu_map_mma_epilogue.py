@@ -200,6 +200,20 @@ def test_epilogue_tiles_only_where_they_paid_on_the_h200():
         assert mma_prefetch._two_blocks_fit(layer4, cfg, tile) == fits
 
 
+def test_epilogue_tiles_can_be_turned_off():
+    """``map-to-gpu{mma-epilogue-tiles=false}`` (timing runs): no shared tiles, the residual
+    read by global loads, the same bits."""
+    model = residual_conv_fp32(N=2, C=256, H=6, W=6, first_conv=True)
+    x = {"x": np.random.default_rng(7).standard_normal((2, 256, 6, 6)).astype(np.float32)}
+    m = nhwc_loop(model, "int8")
+    want = run_main(m, x)
+    PassManager("map-to-gpu{mma-epilogue=staged mma-epilogue-tiles=false}").run(m)
+    assert mma_tiles(m) and not epilogue_tiles(m)
+    got = run_main(m, x)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
 def test_int8_residual_tile_of_a_long_loop_goes_with_its_last_k_tile():
     """A 1x1 conv of 256 channels (4 int8 K tiles of 64): the residual tile's cp.asyncs are
     issued only with K tile 3's copies (under ``kt == 3``), and the result is the nest's,

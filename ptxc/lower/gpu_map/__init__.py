@@ -188,6 +188,9 @@ class MapToGpu(Pass):
     the ALU pipe, Nsight Compute, session 13). On the H200 (ResNet-50 b32, 2026-12-03) the
     int8 layer-1 conv3 + residual kernels went 32.4 -> 29.0 us and the downsample 23.1 -> 21.3;
     ``false`` keeps ``(n, p, q)``.
+    ``mma-epilogue-tiles`` (``true``): the point program's tile loads (a fused residual) go
+    through shared memory by cp.async where mma_prefetch.worth_it says they pay; ``false``:
+    every one is a global load in the epilogue (for timing runs).
 
     Before:
         "builtin.module"() ({
@@ -248,6 +251,7 @@ class MapToGpu(Pass):
     mma_stages: int = attrs.field(default=0, validator=_check_stages)
     mma_m_tiles: int = attrs.field(default=0, validator=_check_m_tiles)
     mma_flat_m: bool = True
+    mma_epilogue_tiles: bool = True
     mma_tiles: tuple[str, ...] = attrs.field(default=(), converter=tuple,
                                              validator=_check_tiles)
     wgmma_tiles: tuple[str, ...] = attrs.field(default=(), converter=tuple,

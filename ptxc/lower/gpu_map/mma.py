@@ -176,6 +176,8 @@ class Config:
     epilogue: str = "fragment"  # or "staged": mma_epilogue.py
     m_tiles: int = 1          # output tiles per CTA, along M: the next one's copies run
                               # during this one's epilogue (module docstring, "M tiles")
+    epilogue_tiles: bool = True   # the point program's tile loads via shared memory where
+                                  # they pay (mma_prefetch.chosen); False: none
 
     @property
     def wm(self) -> int:
@@ -815,6 +817,8 @@ def schedule(op: Operation, options=None) -> Operation | None:
     epilogue = getattr(options, "mma_epilogue", mma_epilogue.DEFAULT_EPILOGUE)
     if epilogue != cfg.epilogue and valid(c, staged := attrs.evolve(cfg, epilogue=epilogue)):
         cfg = staged
+    if not getattr(options, "mma_epilogue_tiles", True):
+        cfg = attrs.evolve(cfg, epilogue_tiles=False)
     cfg = with_m_tiles(c, cfg, getattr(options, "mma_m_tiles", 0) or m_tiles(c, cfg))
     flat_m = getattr(options, "mma_flat_m", True)
     if flat_m:

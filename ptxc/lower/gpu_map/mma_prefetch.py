@@ -142,7 +142,7 @@ def issue_k_tile(c: Contraction, cfg) -> int:
 def chosen(c: Contraction, cfg) -> list[TileLoad]:
     """The tile loads the mma kernel of ``c`` at ``cfg`` copies (elements of at most
     :data:`MAX_ELEMENT_BYTES`), or none where they do not pay (:func:`worth_it`)."""
-    if not worth_it(c, cfg):
+    if not getattr(cfg, "epilogue_tiles", True) or not worth_it(c, cfg):
         return []
     out = [t for t in tile_loads(c) if t.element_bytes <= MAX_ELEMENT_BYTES]
     if -(-c.K // cfg.bk) > MAX_K_TILES and not _two_blocks_fit(c, cfg, out):
