@@ -176,66 +176,32 @@ def epilogue_tiles(m):
 
 def test_epilogue_tiles_only_where_they_paid_on_the_h200():
     """mma_prefetch.worth_it: ResNet-50 b32's layer-1 conv3 (M = 100352, K = 64: one int8 K
-    tile, two f16 ones, 1568 CTAs) takes the residual tile with its K tile 0; layer 3's (M =
-    6272, K = 256: 4 int8 K tiles) with its last K tile; a short loop of few CTAs (layer 3 at
-    K = 128) and split-K kernels take none."""
+    tile, two f16 ones, 1568 CTAs) takes the residual tile; layer 3's (M = 6272, K = 256) and
+    split-K kernels do not."""
     from types import SimpleNamespace as C
     from ptxc.lower.gpu_map import mma_prefetch
     layer1 = C(M=100352, N=256, K=64, batches=1)
     layer3 = C(M=6272, N=1024, K=256, batches=1)
     for bk in (64, 32):          # int8, f16
         assert mma_prefetch.worth_it(layer1, mma.Config(128, 128, 2, 2, bk))
-        assert mma_prefetch.issue_k_tile(layer1, mma.Config(128, 128, 2, 2, bk)) == 0
-        assert mma_prefetch.worth_it(layer3, mma.Config(128, 128, 2, 2, bk))
-        assert mma_prefetch.issue_k_tile(layer3, mma.Config(128, 128, 2, 2, bk)) == 256 // bk - 1
-    assert not mma_prefetch.worth_it(C(M=6272, N=1024, K=128, batches=1),
-                                      mma.Config(128, 128, 2, 2, 64))
+        assert not mma_prefetch.worth_it(layer3, mma.Config(128, 128, 2, 2, bk))
     assert not mma_prefetch.worth_it(layer1, mma.Config(128, 128, 2, 2, 64, splits=2))
-    # a long loop's tile must leave two CTAs per SM: int8 128x128x128 in 3 stages (105 KiB)
-    # with a 16 KiB residual tile would not; at 128x128x64 (57 KiB) it does
-    layer4 = C(M=1568, N=2048, K=512, batches=1, kind="s8")
-    tile = [C(element_bytes=1)]
-    for bk, fits in ((128, False), (64, True)):
-        cfg = mma.Config(128, 128, 2, 2, bk, epilogue="staged")
-        assert mma_prefetch._two_blocks_fit(layer4, cfg, tile) == fits
 
 
+@pytest.mark.usefixtures("tiles_everywhere")
 def test_epilogue_tiles_can_be_turned_off():
-    """``map-to-gpu{mma-epilogue-tiles=false}`` (timing runs): no shared tiles, the residual
-    read by global loads, the same bits."""
-    model = residual_conv_fp32(N=2, C=256, H=6, W=6, first_conv=True)
-    x = {"x": np.random.default_rng(7).standard_normal((2, 256, 6, 6)).astype(np.float32)}
-    m = nhwc_loop(model, "int8")
-    want = run_main(m, x)
-    PassManager("map-to-gpu{mma-epilogue=staged mma-epilogue-tiles=false}").run(m)
-    assert mma_tiles(m) and not epilogue_tiles(m)
-    got = run_main(m, x)
-    for k in want:
-        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
-
-
-def test_int8_residual_tile_of_a_long_loop_goes_with_its_last_k_tile():
-    """A 1x1 conv of 256 channels (4 int8 K tiles of 64): the residual tile's cp.asyncs are
-    issued only with K tile 3's copies (under ``kt == 3``), and the result is the nest's,
-    bit for bit, in both epilogues."""
-    model = residual_conv_fp32(N=2, C=256, H=6, W=6, first_conv=True)
-    rng = np.random.default_rng(7)
-    x = {"x": rng.standard_normal((2, 256, 6, 6)).astype(np.float32)}
-    want, frag, staged, m = both(lambda: nhwc_loop(model, "int8"), x)
-    tiles = epilogue_tiles(m)
-    assert tiles and all(t.element.name == "i8" for t in tiles), tiles
-    tile_copies = [o for o in m.walk() if o.name == "gpu.cp_async"
-                   and o.operands[2].type.rank == 2]
-    assert tile_copies
-    for cp in tile_copies:   # inside loop.if (kt == 3)
-        guard = cp.parent_op
-        assert guard.name == "loop.if", guard.name
-        pred = guard.operands[0].owner
-        assert pred.attributes["predicate"] == "eq"
-        assert pred.operands[1].owner.attributes["value"] == 3
-    same_bits(staged, frag)
-    for k in want:
-        np.testing.assert_array_equal(staged[k], want[k], err_msg=k)
+    """``map-to-gpu{mma-epilogue-tiles=false}`` (timing runs): no shared tiles where the
+    default takes one, the residual read by global loads, the same bits."""
+    model = residual_conv_fp32(N=2, C=64, H=6, W=6, first_conv=True)
+    x = {"x": np.random.default_rng(7).standard_normal((2, 64, 6, 6)).astype(np.float32)}
+    for opts, tiled in (("", True), (" mma-epilogue-tiles=false", False)):
+        m = nhwc_loop(model, "int8")
+        want = run_main(m, x)
+        PassManager(f"map-to-gpu{{mma-epilogue=staged{opts}}}").run(m)
+        assert mma_tiles(m) and bool(epilogue_tiles(m)) == tiled
+        got = run_main(m, x)
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
 
 
 @pytest.fixture
@@ -350,15 +316,13 @@ def test_staged_fp16_nhwc_residual_conv_on_gpu():
 
 @pytest.mark.gpu
 @pytest.mark.usefixtures("tiles_everywhere")
-@pytest.mark.parametrize("C", [128, 256])
-def test_int8_residual_tile_on_gpu(C):
+def test_int8_residual_tile_on_gpu():
     """The int8 residual read from its cp.async tile (mma_prefetch.py) with 128 channels (K =
-    128: two int8 K tiles, the tile with K tile 0) or 256 (4 K tiles: with the last) and M = 4
-    x 14 x 14 (rows past M zero-filled): the kernels give the interpreter's int8 answer bit
-    for bit."""
-    model = residual_conv_fp32(N=4, C=C, H=14, W=14, first_conv=True)
+    128: two int8 K tiles, within worth_it) and M = 4 x 14 x 14 (rows past M zero-filled): the
+    kernels give the interpreter's int8 answer bit for bit."""
+    model = residual_conv_fp32(N=4, C=128, H=14, W=14, first_conv=True)
     rng = np.random.default_rng(4)
-    x = {"x": rng.standard_normal((4, C, 14, 14)).astype(np.float32)}
+    x = {"x": rng.standard_normal((4, 128, 14, 14)).astype(np.float32)}
     m = nhwc_loop(model, "int8")
     want = run_main(m, x)
     PassManager(STAGED).run(m)

@@ -230,14 +230,10 @@ def layout(c: Contraction, x: Operand) -> Layout:
     return Layout(True, False)
 
 
-def pipeline_bytes(c: Contraction, cfg: Config) -> int:
-    """Shared bytes of the operand stages and the staged epilogue's region."""
-    el = TYPES[c.kind][0].bitwidth // 8
-    return cfg.stages * (cfg.bm + cfg.bn) * cfg.bk * el + mma_epilogue.staging_bytes(cfg)
-
-
 def shared_bytes(c: Contraction, cfg: Config) -> int:
-    return pipeline_bytes(c, cfg) + mma_prefetch.tile_bytes(c, cfg)
+    el = TYPES[c.kind][0].bitwidth // 8
+    return (cfg.stages * (cfg.bm + cfg.bn) * cfg.bk * el + mma_epilogue.staging_bytes(cfg)
+            + mma_prefetch.tile_bytes(c, cfg))
 
 
 def valid(c: Contraction, cfg: Config) -> bool:
@@ -455,8 +451,7 @@ class _Builder:
         self.split = _rem(b, bz, cfg.splits) if cfg.splits > 1 else None
         self.batch = _index_values(b, c, c.batch, self.batch_lin) if c.batch else {}
         kt0 = mul(b, self.split, self.kts) if self.split is not None else None
-        # the epilogue's tiles (a residual) go with the copies of one K tile of their output
-        # tile (mma_prefetch.issue_k_tile: the first, or the last of a longer loop)
+        # the epilogue's tiles (a residual) go with the copies of their output tile's K tile 0
         self.tiles = mma_prefetch.allocate(self, b, tiles)
         if cfg.epilogue == "staged":
             mma_epilogue.allocate(self, b)
@@ -478,7 +473,7 @@ class _Builder:
                 if kt is None:
                     mma_prefetch.issue(self, cb, self.tiles, m0, slot)
                 else:
-                    _, tb = if_op(cb, cmp(cb, "eq", kt, mma_prefetch.issue_k_tile(c, cfg)))
+                    _, tb = if_op(cb, cmp(cb, "eq", kt, 0))
                     mma_prefetch.issue(self, tb, self.tiles, m0, slot)
             kt = const(cb, 0) if kt is None else kt
             self._copy(cb, _rem(cb, i, cfg.stages), add(cb, kt0, kt) if kt0 is not None else kt,

@@ -34,11 +34,10 @@ and f16 48.6 / 47.7 -> 43.6 / 42.8; the layers 2-4 ones (K = 128-512, 208-392 CT
 waves) went 3-20% slower (int8 layer 3: 16.9 -> 18.5 us), their main loops already covering
 the loads and the tile group delaying K tile 0; and f32 residuals (64 KiB tiles: one CTA per
 SM) up to 73% slower. So: at most two K tiles, at least 8 waves' worth of CTAs, elements of
-at most 2 bytes. A longer main loop (more than two K tiles) takes its tiles with its LAST K
-tile's copies instead (:func:`issue_k_tile`): they land while the loop computes the K tiles
-before it, without delaying K tile 0; ResNet-50's layers 2-4 conv3 kernels otherwise waited
-on their residual's global loads in the epilogue (int8 layer 3 at 2 CTAs per SM, one wave:
-the CTA's whole chain is the kernel's time).
+at most 2 bytes. Issued instead with the LAST K tile's copies of a longer loop (session 14,
+where two CTAs per SM still fit), the int8 layer-3 conv3 kernels still ran slower: 15.7-15.9
+-> 16.7-17.2 us against no tiles (``map-to-gpu{mma-epilogue-tiles=false}``, same run), so
+long loops take none.
 
 Costs ``BM x BN`` elements of shared memory per tile load (int8 128 x 128: 16 KiB; f16: 32 KiB),
 counted by :func:`mma.shared_bytes`, so a config that would not fit is not chosen. No padding:
@@ -116,27 +115,14 @@ def _fits(c: Contraction, x: Operand) -> bool:
 
 
 def worth_it(c: Contraction, cfg) -> bool:
-    """Whether the tiles pay at ``cfg``: no split-K, and either a main loop of at most
-    :data:`MAX_K_TILES` K tiles (nothing to hide the epilogue's loads behind) with at least
-    :data:`MIN_WAVES` x SMs CTAs (many waves: each CTA's epilogue wait is the kernel's time),
-    or a longer main loop, whose last K tile's copies the tiles then go with
-    (:func:`issue_k_tile`: they land while the loop computes, and do not delay K tile 0; module
-    docstring's measurements)."""
+    """Whether the tiles pay at ``cfg``: a main loop of at most :data:`MAX_K_TILES` K tiles
+    (nothing to hide the epilogue's loads behind), at least :data:`MIN_WAVES` x SMs CTAs (many
+    waves: each CTA's epilogue wait is the kernel's time), and no split-K (module docstring's
+    measurements)."""
     from .mma import SMS
-    if cfg.splits > 1:
+    if cfg.splits > 1 or -(-c.K // cfg.bk) > MAX_K_TILES:
         return False
-    if -(-c.K // cfg.bk) > MAX_K_TILES:
-        return True
     return ctas(c, cfg.bm, cfg.bn) >= MIN_WAVES * SMS
-
-
-def issue_k_tile(c: Contraction, cfg) -> int:
-    """The K tile whose commit group carries the output tile's epilogue tiles: 0 in a main loop
-    of at most :data:`MAX_K_TILES` K tiles, else the last (issued ``stages - 1`` K tiles before
-    the loop computes on it: issued with K tile 0, the layers 2-4 tiles delayed the loop's
-    start and ran 3-20% slower on the H200)."""
-    kts = -(-c.K // cfg.bk)
-    return 0 if kts <= MAX_K_TILES else kts - 1
 
 
 def chosen(c: Contraction, cfg) -> list[TileLoad]:
@@ -144,18 +130,7 @@ def chosen(c: Contraction, cfg) -> list[TileLoad]:
     :data:`MAX_ELEMENT_BYTES`), or none where they do not pay (:func:`worth_it`)."""
     if not getattr(cfg, "epilogue_tiles", True) or not worth_it(c, cfg):
         return []
-    out = [t for t in tile_loads(c) if t.element_bytes <= MAX_ELEMENT_BYTES]
-    if -(-c.K // cfg.bk) > MAX_K_TILES and not _two_blocks_fit(c, cfg, out):
-        return []
-    return out
-
-
-def _two_blocks_fit(c: Contraction, cfg, tiles: list) -> bool:
-    """Whether two CTAs of ``cfg`` still fit an SM's shared memory with ``tiles`` added: a long
-    loop's tiles must not halve the CTAs an SM holds (ResNet-50's int8 layer-4 conv3, 128 x
-    128 x 128 in 3 stages: 105 KiB, 121 KiB with its residual tile)."""
-    from .mma import SM_SHARED, pipeline_bytes
-    return 2 * (pipeline_bytes(c, cfg) + _bytes(c, cfg, tiles) + 1024) <= SM_SHARED
+    return [t for t in tile_loads(c) if t.element_bytes <= MAX_ELEMENT_BYTES]
 
 
 def slots(c: Contraction, cfg) -> int:
@@ -172,11 +147,7 @@ def slots(c: Contraction, cfg) -> int:
 
 def tile_bytes(c: Contraction, cfg) -> int:
     """Shared bytes the epilogue tiles of ``c`` take at ``cfg``."""
-    return _bytes(c, cfg, chosen(c, cfg))
-
-
-def _bytes(c: Contraction, cfg, tiles: list) -> int:
-    return slots(c, cfg) * sum(cfg.bm * cfg.bn * t.element_bytes for t in tiles)
+    return slots(c, cfg) * sum(cfg.bm * cfg.bn * t.element_bytes for t in chosen(c, cfg))
 
 
 def allocate(bld, b: Builder, tiles: list) -> dict:
@@ -230,5 +201,5 @@ def read(bld, b: Builder, tile: Value, m: Value, n: Value) -> Value:
     return b.create("loop.load", [tile, [row, sub(b, n, bld.base[id(c.b)])]]).result
 
 
-__all__ = ["TileLoad", "tile_loads", "worth_it", "issue_k_tile", "chosen", "slots", "tile_bytes",
-           "allocate", "issue", "read"]
+__all__ = ["TileLoad", "tile_loads", "worth_it", "chosen", "slots", "tile_bytes", "allocate",
+           "issue", "read"]
