@@ -214,11 +214,11 @@ class _Kernel(ScalarEmitter):
                                                 and v.owner not in free) for v in o.operands):
                     free.add(o)
         addressing = set()   # the loads and the free ops their indices come from
+        needed = set()       # ids of the ops whose values those read
         for o in reversed(ops):
-            if o in free and (o.name == "loop.load" or any(
-                    isinstance(v, OpResult) and v.owner is o for u in addressing
-                    for v in u.operands)):
+            if o in free and (o.name == "loop.load" or id(o) in needed):
                 addressing.add(o)
+                needed.update(id(v.owner) for v in o.operands if isinstance(v, OpResult))
         waves = [[o for o in ops if o in addressing], [o for o in ops if o in free and
                                                        o not in addressing]]
         values = [{} for _ in ivs]

@@ -49,7 +49,8 @@ flag*: a scratch slot named ``ptxc.error`` (:data:`ERROR_SLOT`), one ``int32``, 
 kernel (so the planner gives it memory no other buffer shares: it is planned like any other
 buffer, and each execution context has its own). A kernel holding a check takes it as one more
 pointer argument; a failing check stores its number (1-based, into the table's ``checks``:
-the descriptions, one number per distinct description) with a branch marked unlikely and goes on with index 0, an in-bounds read::
+the descriptions, one number per distinct description) with a branch marked unlikely and goes
+on with index 0, an in-bounds read::
 
     %neg = icmp slt i64 %i, 0 ; %w = select %neg, (add %i, 5), %i ; %ok = icmp ult i64 %w, 5
     br i1 %ok, %cont, %fail        ; fail: store i32 1, ptr %flag ; br %cont
@@ -275,8 +276,9 @@ def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None
     checks = [o for o in f.walk() if o.name == "arith.check_index"]
     # one number per description: checks that say the same (a body cloned for each point of a
     # short innermost run, lower-tensor-to-loop's nest.py) report the same error
-    messages = list(dict.fromkeys(o.attributes["check"] for o in checks))
-    check_ids = {id(o): messages.index(o.attributes["check"]) + 1 for o in checks}
+    number = {m: k + 1 for k, m in enumerate(dict.fromkeys(o.attributes["check"] for o in checks))}
+    messages = list(number)
+    check_ids = {id(o): number[o.attributes["check"]] for o in checks}
     if checks:  # the error flag (see "Run-time checks")
         slot_of[_ERROR] = len(slots)
         slots.append({"kind": "alloc", "name": ERROR_SLOT, "dtype": "int32", "shape": (1,),

@@ -24,8 +24,9 @@ correct but uses one GPU thread, so its launch is named ``schedule = "sequential
 
 from __future__ import annotations
 
-from ...dialects.loop import if_op
+from ...dialects.loop import for_loop, if_op
 from ...errors import CompileError
+from ...ir.builder import Builder
 from ...ir.core import Operation
 from .common import (WARP, add, block_size, clone_body, cmp, const, delinearize, div, grid_size,
                      induction_values, launch_before, linear_thread_index, mul, parallel_space,
@@ -42,12 +43,13 @@ def schedule(op: Operation, options) -> Operation | None:
 
         def emit(b, ivs):
             clone_body(body, b, dict(zip(body.args, ivs)))
-        if any(o.name == "loop.for" for o in op.walk()):
+        loops = any(o.name == "loop.for" for o in op.walk())
+        if loops:
             max_block = _spread(points(trips), max_block)
-            launch = _nest(op, trips, lower, step, emit, max_block, "pointwise")
+        launch = _nest(op, trips, lower, step, emit, max_block, "pointwise")
+        if loops:
             unroll_short_loops(launch)
-            return launch
-        return _nest(op, trips, lower, step, emit, max_block, "pointwise")
+        return launch
     if op.name == "loop.copy":
         src, dst = op.operands
         shape = list(src.type.shape)
@@ -101,7 +103,7 @@ def _unroll(loop: Operation) -> None:
         return
     for o in loop.walk():
         if (o.name == "loop.for" and not any(x.name == "loop.for" for x in o.walk() if x is not o)
-                and _bytes_loaded(o) and _fits(_trips(o), _bytes_loaded(o))):
+                and _fits(_trips(o), _bytes_loaded(o))):
             o.attributes["unroll"] = True
 
 
@@ -138,14 +140,11 @@ def collapse(outer: Operation, inner: Operation) -> Operation:
     """Replace the perfect nest ``outer``/``inner`` (:func:`_perfect_inner`) by one loop over
     the product of their trips, row-major (so the carried values combine in the same order),
     whose induction values are decoded by constant div/rem; returns the new loop."""
-    from ...dialects.loop import for_loop
-    from ...ir.builder import Builder
     n = _trips(inner)
     loop, b, t, carried = for_loop(Builder.before_op(outer), 0, _trips(outer) * n,
                                    inits=list(outer.operands), loc=outer.loc)
-    for attr in ("ordered",):
-        if outer.attr(attr) or inner.attr(attr):
-            loop.attributes[attr] = True
+    if outer.attr("ordered") or inner.attr("ordered"):
+        loop.attributes["ordered"] = True
 
     def iv(k, lp):   # lp's induction value at its iteration number k
         v = k

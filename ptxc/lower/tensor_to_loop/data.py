@@ -35,7 +35,7 @@ import numpy as np
 from ...dialects.loop import parallel_loop
 from ...ir.builder import Builder
 from ...ir.types import INDEX
-from .nest import RUN_BYTES, Scope, const  # noqa: F401  (RUN_BYTES: the bytes of a run, here too)
+from .nest import RUN_BYTES, Scope, const
 
 
 def run_length(place, dims) -> int:

@@ -359,14 +359,14 @@ def hoist_casts_above_pads(func: Operation) -> int:
             continue
         to = cast.attr("to")
         x = pad.operands[0]
-        if not (to.is_float and x.type.element.is_float):
+        value = _const(pad.operands[1]) if len(pad.operands) == 2 else None
+        if not (to.is_float and x.type.element.is_float) or (len(pad.operands) == 2
+                                                              and value is None):
             continue
         b = Builder.before_op(pad)
         operands = [_cast(b, x, to, cast.loc)]
-        if len(pad.operands) == 2:
-            if _const(pad.operands[1]) is None:
-                continue
-            arr = _const(pad.operands[1]).attributes["value"].array
+        if value is not None:
+            arr = value.attributes["value"].array
             t = pad.operands[1].type.with_element(to)
             operands.append(b.create("graph.constant", [], {
                 "value": DenseElements(arr.astype(to.np_dtype), t)}, result_types=[t],
