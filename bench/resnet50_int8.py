@@ -101,7 +101,9 @@ def gpu_main(args) -> int:
     epilogues = args.epilogues.split(",")
     tables = {}
     variants = args.variant or [""]
-    runs = [(p, e, v) for p in args.precisions.split(",") for e in epilogues for v in variants]
+    variant_precisions = (args.variant_precisions or args.precisions).split(",")
+    runs = [(p, e, v) for p in args.precisions.split(",") for e in epilogues for v in variants
+            if not v or p in variant_precisions]
     engines = {}   # key -> (engine, feeds), kept for --rounds
     for precision, epilogue, variant in runs:
         key = precision if len(epilogues) == 1 else f"{precision}/{epilogue}"
@@ -198,7 +200,11 @@ def main(argv=None):
                     help="with --gpu: each kernel's device time (ptxc.tools.profile) per precision")
     ap.add_argument("--variant", action="append",
                     help="with --gpu: extra map-to-gpu options, e.g. 'mma-min-blocks=2'; "
-                         "repeat to compare several in one run (each precision runs each)")
+                         "repeat to compare several in one run (each precision runs each, "
+                         "unless --variant-precisions says which)")
+    ap.add_argument("--variant-precisions",
+                    help="with --variant: the precisions that run the variants, e.g. int8 "
+                         "(default: all of --precisions; the '' variant runs for all)")
     args = ap.parse_args(argv)
     from ptxc.lower.gpu_map.mma_epilogue import EPILOGUES
     bad = [e for e in args.epilogues.split(",") if e not in EPILOGUES]
