@@ -114,14 +114,17 @@ class Launch(OpSpec):
     ``schedule`` names the map-to-gpu schedule that built it and ``tile`` (optional) its
     parameters, e.g. ``"f16 128x128x64 warps 2x2 stages 3"`` (for explore and inspect).
     ``min_blocks`` (optional): blocks each SM must be able to hold at once, a register budget
-    for the backend (NVPTX ``minctasm``)."""
+    for the backend (NVPTX ``minctasm``). ``pdl`` (optional, sm_90+): programmatic dependent
+    launch: the kernel waits for the grids before it (``griddepcontrol.wait``) before it touches
+    memory, so the runtime may launch it while the previous kernel still runs (its launch and
+    CTA placement then overlap that kernel's tail); map-to-gpu's ``pdl`` sets it."""
 
     name = "gpu.launch"
     operands = ()
     results = ()
     attributes = {"grid": Attr("ints", required=True), "block": Attr("ints", required=True),
                   "schedule": Attr("str", required=True), "tile": Attr("str"),
-                  "min_blocks": Attr("int")}
+                  "min_blocks": Attr("int"), "pdl": Attr("bool")}
     regions = 1
 
     def infer_types(self, op):

@@ -60,10 +60,13 @@ def load_kernel(module, info):
 
 
 def launch_config(info):
-    """The cuda.core LaunchConfig of table entry ``info`` (grid, block, dynamic shared bytes)."""
+    """The cuda.core LaunchConfig of table entry ``info`` (grid, block, dynamic shared bytes;
+    programmatic stream serialization where the kernel is ``pdl``: it waits for the kernels
+    before it itself, gpu.launch's docstring)."""
     import cuda.core as cc
     return cc.LaunchConfig(grid=tuple(info.grid), block=tuple(info.block),
-                           shmem_size=int(info.dynamic_shared))
+                           shmem_size=int(info.dynamic_shared),
+                           programmatic_stream_serialization=bool(info.pdl))
 
 
 class _Shared:

@@ -68,7 +68,9 @@ class KernelInfo:
     :data:`~ptxc.lower.loop_to_llvm.STATIC_SHARED_LIMIT` places
     them in the dynamic shared memory instead, which the runtime must allow per kernel).
     ``nodes``: every ONNX node the kernel computes, its own loc first, then what the fusions
-    absorbed into it (:mod:`ptxc.rewrite.provenance`)."""
+    absorbed into it (:mod:`ptxc.rewrite.provenance`). ``pdl``: the kernel begins with
+    ``griddepcontrol.wait`` (its launch's ``pdl``), so the runtime launches it with programmatic
+    stream serialization (CUDA's programmatic dependent launch)."""
 
     name: str
     buffers: tuple
@@ -83,6 +85,7 @@ class KernelInfo:
     dynamic_shared: int = 0
     tile: str | None = None
     nodes: tuple = ()
+    pdl: bool = False
 
 
 @attrs.frozen

@@ -58,8 +58,12 @@ class _Kernel(ScalarEmitter):
         self.ptrs = dict(zip(roots, self.fn.args))
         self.b = FoldingBuilder(self.fn.append_basic_block("entry"))
         self.vals: dict = {}
+        self.prologue()
         for op in top_scalars:
             self.emit_scalar(op)
+
+    def prologue(self) -> None:
+        """What the kernel does first, before its top-level scalars (nothing here)."""
 
     def emit_scalar(self, op: Operation) -> None:
         if op.name == "arith.check_index":
@@ -312,7 +316,8 @@ class _GpuKernel(_Kernel):
 
     def __init__(self, module: ir.Module, name: str, roots: list, top_scalars: list,
                  dynamic: bool = False, check_ids: dict | None = None,
-                 id_ranges: dict | None = None):
+                 id_ranges: dict | None = None, pdl: bool = False):
+        self.pdl = pdl
         super().__init__(module, name, roots, top_scalars, check_ids)
         self.fn.calling_convention = "ptx_kernel"
         for a in self.fn.args:  # every buffer a cuda kernel gets starts 256-byte aligned
@@ -323,6 +328,24 @@ class _GpuKernel(_Kernel):
         #: {"gpu.block_id": grid, "gpu.thread_id": block}: the ids' ranges, given to LLVM as
         #: ``!range`` metadata (empty: none)
         self.id_ranges = id_ranges or {}
+
+    def prologue(self) -> None:
+        """A ``pdl`` launch (programmatic dependent launch, gpu.launch's docstring) first waits
+        for the grids before it (``griddepcontrol.wait``: they completed and their memory is
+        visible), before any load or store, the error flag's included; then lets the next
+        kernel launch (``griddepcontrol.launch_dependents``): its blocks are placed once every
+        block of this one has begun, and wait in their own prologue. So one kernel at most
+        runs ahead, and the wait keeps every dependence a plain stream order keeps::
+
+            ld.param.b64 %rd1, [kernel_3_param_0];
+            griddepcontrol.wait;
+            griddepcontrol.launch_dependents;
+            ... the kernel ...
+        """
+        if self.pdl:
+            for name in ("llvm.nvvm.griddepcontrol.wait",
+                         "llvm.nvvm.griddepcontrol.launch.dependents"):
+                self.b.call(self.declare(name, ir.VoidType(), []), [])
 
     def emit(self, op: Operation) -> None:
         name = op.name

@@ -372,7 +372,7 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
                 "gpu.block_id": tuple(op.attributes["grid"]),
                 "gpu.thread_id": tuple(op.attributes["block"])}
             k = _GpuKernel(m, name, roots, tops, dynamic=dynamic, check_ids=check_ids,
-                           id_ranges=ranges)
+                           id_ranges=ranges, pdl=bool(op.attributes.get("pdl", False)))
             k.block(op.regions[0].blocks[0], [])
             k.finish()
             shared, dynamic_shared = k.shared_bytes, k.shared_bytes if dynamic else 0
@@ -381,7 +381,8 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
                           block=tuple(op.attributes["block"]), shared_bytes=shared,
                           schedule=op.attributes.get("schedule"),
                           dynamic_shared=dynamic_shared,
-                          tile=op.attributes.get("tile"), nodes=nodes_of(op))
+                          tile=op.attributes.get("tile"), nodes=nodes_of(op),
+                          pdl=bool(op.attributes.get("pdl", False)))
         seen.setdefault(key, info)
         return info
     k = _Kernel(m, f"kernel_{index}", roots, tops, check_ids)

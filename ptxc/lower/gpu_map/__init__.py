@@ -49,10 +49,25 @@ def _empty(op: Operation) -> bool:
     return op.attributes["upper"] <= op.attributes["lower"] and not op.has_uses
 
 
+#: the first arch with programmatic dependent launch (``griddepcontrol``, PTX ISA 7.8)
+PDL_MIN_ARCH = 90
+
+
+def pdl_enabled(options) -> bool:
+    """Whether map-to-gpu marks its launches ``pdl`` (gpu.launch): its ``pdl`` option (default
+    on) and an arch (its ``arch``, else what lower_to_ptx builds for) of sm_90 or later."""
+    if not getattr(options, "pdl", True):
+        return False
+    from ...ptx.target import _ARCH, default_arch
+    m = _ARCH.match(getattr(options, "arch", "") or default_arch())
+    return m is not None and int(m.group(1)) >= PDL_MIN_ARCH
+
+
 def map_to_gpu(module: Operation, options=None) -> bool:
     """Replace every top-level kernel of every function of ``module`` by a gpu.launch (see the
     module docstring); returns whether anything changed."""
     changed = False
+    pdl = pdl_enabled(options)
     for f in functions(module):
         body = func_body(f)
         for op in list(body.ops):
@@ -63,7 +78,10 @@ def map_to_gpu(module: Operation, options=None) -> bool:
                 op.erase()
                 continue
             for _, sched in SCHEDULES:
-                if sched(op, options) is not None:
+                launch = sched(op, options)
+                if launch is not None:
+                    if pdl:
+                        launch.attributes["pdl"] = True
                     op.erase()
                     break
         left = [op.where for op in body.ops if op.name in KERNEL_OPS]
@@ -191,6 +209,10 @@ class MapToGpu(Pass):
     ``mma-epilogue-tiles`` (``true``): the point program's tile loads (a fused residual) go
     through shared memory by cp.async where mma_prefetch.worth_it says they pay; ``false``:
     every one is a global load in the epilogue (for timing runs).
+    ``pdl`` (``true``): on sm_90 and later every launch is ``pdl`` (programmatic dependent
+    launch, gpu.launch's docstring): the kernel waits for its predecessors in its first
+    instruction, and the runtime launches it while the one before still runs, so the launch
+    and the placement of its blocks overlap that kernel's tail (:func:`pdl_enabled`).
 
     Before:
         "builtin.module"() ({
@@ -254,6 +276,7 @@ class MapToGpu(Pass):
     mma_epilogue_tiles: bool = True
     mma_tiles: tuple[str, ...] = attrs.field(default=(), converter=tuple,
                                              validator=_check_tiles)
+    pdl: bool = True
     wgmma_tiles: tuple[str, ...] = attrs.field(default=(), converter=tuple,
                                                validator=_check_wgmma_tiles)
     wgmma_copies: str = attrs.field(default=_DEFAULT_WGMMA_COPIES,
