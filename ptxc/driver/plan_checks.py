@@ -43,7 +43,7 @@ def _kernel_table(header: dict, blobs: dict, source: str):
             if not (isinstance(k.name, str) and all(_is_int(i) and 0 <= i < len(table.slots)
                                                     for i in k.buffers)
                     and _is_int(k.trip_count) and k.trip_count >= 0 and _is_int(k.work)
-                    and isinstance(k.parallel, bool)):
+                    and isinstance(k.parallel, bool) and isinstance(k.pdl, bool)):
                 raise ValueError(f"kernel {k.name!r}")
             most = max([table.slots[i].span for i in k.buffers] + [1])
             if header.get("target") != "cuda" and k.trip_count > most:
@@ -291,7 +291,27 @@ def _check_ptx(text: str, table, source: str) -> None:
         if entries[name] != n:
             raise _refuse("code", f"kernel {name} takes {entries[name]} parameters in the PTX; "
                           f"the table gives it {n} buffers", source)
+    _check_ptx_pdl(text, table, source)
     _check_ptx_footprint(text, table, source)
+
+
+_FIRST_MEMORY = re.compile(r"^\s*(?:griddepcontrol\.wait|(?:ld|st|atom|red|cp)\.(?!param)\S*)",
+                           re.M)
+
+
+def _check_ptx_pdl(text: str, table, source: str) -> None:
+    """A kernel the table launches with programmatic stream serialization (``pdl``) must wait
+    for the kernels before it (``griddepcontrol.wait``) before its first memory access other
+    than its parameters, or it could read what they have not yet written."""
+    starts = {m.group(1): m.end() for m in _ENTRY.finditer(text)}
+    for k in table.kernels:
+        if not k.pdl:
+            continue
+        first = _FIRST_MEMORY.search(text, starts[k.name])
+        if first is None or "griddepcontrol.wait" not in first.group(0):
+            raise _refuse("code", f"kernel {k.name} is launched as a programmatic dependent "
+                          "launch (pdl) but its PTX does not wait for the kernels before it "
+                          "(griddepcontrol.wait) before it touches memory", source)
 
 
 _FOOTPRINT = re.compile(r"^// ptxc footprint (\S+) grid (\d+) (\d+) (\d+) block (\d+) (\d+) "

@@ -1,0 +1,112 @@
+"""Programmatic dependent launch (gpu.launch's ``pdl``): on sm_90 and later every kernel waits
+for the kernels before it in its first instruction (``griddepcontrol.wait``) and the runtime
+launches it with programmatic stream serialization, so its launch overlaps the tail of the one
+before. Checked here without a GPU: which launches map-to-gpu marks, that the PTX of each
+marked kernel waits before its first memory access, the kernel table and launch config, and
+that a plan claiming pdl for a kernel whose PTX does not wait is refused. The GPU runs every
+engine this way (tests/gpu: the same outputs as before), and bench/RESULTS.md has its timing."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import ptxc
+from ptxc.driver.plan import plan_to_bytes
+from ptxc.rewrite import PassManager, get_pass
+from loop_ir import module as loop_module, load, store
+from ptxc.dialects.loop import parallel_loop
+from ptxc.ir.types import F32, BufferType
+
+from test_gpu_map import launches
+from test_plan import edited, refused, split
+
+
+def _two_nests():
+    def body(b, x, y, z):
+        _, p, (i, j) = parallel_loop(b, (0, 0), (4, 64))
+        store(p, load(p, x, i, j), y, i, j)
+        _, p, (i, j) = parallel_loop(b, (0, 0), (4, 64))
+        store(p, load(p, y, i, j), z, i, j)
+    t = BufferType((4, 64), F32)
+    return loop_module({"x": t, "y": t, "z": t}, ["z"], body)
+
+
+@pytest.mark.parametrize("options, marked", [({"arch": "sm_90"}, True),
+                                             ({"arch": "sm_100"}, True),
+                                             ({"arch": "sm_80"}, False),
+                                             ({"arch": "sm_90", "pdl": False}, False)])
+def test_map_to_gpu_marks_every_launch_on_sm90_and_later(options, marked):
+    m = _two_nests()
+    PassManager([get_pass("map-to-gpu", **options)]).run(m)
+    got = [lch.attributes.get("pdl", False) for lch in launches(m)]
+    assert got == [marked, marked]
+    assert ("pdl=false" in str(get_pass("map-to-gpu", pdl=False)))
+
+
+@pytest.fixture(scope="module")
+def engine():
+    """A cuda engine for sm_90 (compiled here; no GPU needed): conv, relu, pool, softmax."""
+    return _engine("sm_90")
+
+
+_MEMORY = re.compile(r"^\s*(griddepcontrol\.wait|(?:ld|st|atom|red|cp)\.(?!param)\S*)", re.M)
+
+
+def _entries(ptx: str) -> dict:
+    names = [(m.group(1), m.end()) for m in re.finditer(r"\.entry\s+(\w+)\s*\(", ptx)]
+    return {n: ptx[start:(names[i + 1][1] if i + 1 < len(names) else len(ptx))]
+            for i, (n, start) in enumerate(names)}
+
+
+def test_every_kernel_waits_before_it_touches_memory(engine):
+    kernels = engine.kernels.kernels
+    assert len(kernels) >= 3 and all(k.pdl for k in kernels)
+    entries = _entries(engine.ptx)
+    for k in kernels:
+        body = entries[k.name]
+        accesses = _MEMORY.findall(body)
+        assert accesses[0] == "griddepcontrol.wait", (k.name, accesses[:3])
+        assert accesses.count("griddepcontrol.wait") == 1
+        # the next kernel may launch once every block of this one has begun
+        assert body.index("griddepcontrol.launch_dependents") > body.index("griddepcontrol.wait")
+
+
+def test_the_launch_config_asks_for_programmatic_serialization(engine):
+    pytest.importorskip("cuda.core")
+    from ptxc.driver.cuda_device import launch_config
+    k = engine.kernels.kernels[0]
+    assert launch_config(k).programmatic_stream_serialization is True
+    import attrs
+    assert launch_config(attrs.evolve(k, pdl=False)).programmatic_stream_serialization is False
+
+
+def _engine(arch):
+    rng = np.random.default_rng(2)
+    net = ptxc.Network("pdl")
+    x = net.add_input("x", (2, 3, 6, 6))
+    y = net.add_conv(x, rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+                     rng.standard_normal(4).astype(np.float32), padding=1)
+    y = net.add_flatten(net.add_pooling(net.add_activation(y, "relu"), "max", kernel=2))
+    net.mark_output(net.add_softmax(y), "y")
+    return ptxc.compile(net, target="cuda", arch=arch)
+
+
+def test_the_plan_keeps_pdl_and_refuses_it_where_the_ptx_does_not_wait(engine):
+    """A plan's kernels keep their pdl; a plan of sm_80 kernels (no wait) whose header alone
+    says pdl, checksum recomputed, is refused (PlanError, cause "code")."""
+    header, _ = split(plan_to_bytes(engine))
+    assert all(k["pdl"] is True for k in header["kernel_table"]["kernels"])
+    old = _engine("sm_80")
+    assert not any(k.pdl for k in old.kernels.kernels)
+    assert "griddepcontrol" not in old.ptx
+
+    def claim(h):
+        h["kernel_table"]["kernels"][1]["pdl"] = True
+    refused(edited(plan_to_bytes(old), claim), "code", "programmatic dependent launch")
+
+    def not_bool(h):
+        h["kernel_table"]["kernels"][0]["pdl"] = 1
+    refused(edited(plan_to_bytes(engine), not_bool), "header", "kernel")
