@@ -64,9 +64,9 @@ def launch_config(info):
     programmatic stream serialization where the kernel is ``pdl``: it waits for the kernels
     before it itself, gpu.launch's docstring)."""
     import cuda.core as cc
+    pdl = {"programmatic_stream_serialization": True} if info.pdl else {}
     return cc.LaunchConfig(grid=tuple(info.grid), block=tuple(info.block),
-                           shmem_size=int(info.dynamic_shared),
-                           programmatic_stream_serialization=bool(info.pdl))
+                           shmem_size=int(info.dynamic_shared), **pdl)
 
 
 class _Shared:
