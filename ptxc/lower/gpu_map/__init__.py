@@ -253,7 +253,7 @@ class MapToGpu(Pass):
                 "loop.yield"() : () -> ()
               }) : (i1) -> ()
               "loop.yield"() : () -> ()
-            }) {block = [256, 1, 1], grid = [2, 1, 1], schedule = "pointwise"} : () -> () loc("double")
+            }) {block = [256, 1, 1], grid = [2, 1, 1], pdl = true, schedule = "pointwise"} : () -> () loc("double")
             "func.return"() : () -> ()
           }) {arg_names = ["x", "y"], function_type = (buffer<3x100xf32>, buffer<3x100xf32>) -> (), loop.outputs = ["y"], sym_name = "main"} : () -> ()
         }) : () -> ()
