@@ -62,8 +62,10 @@ def _entries(ptx: str) -> dict:
 
 
 def test_every_kernel_waits_before_it_touches_memory(engine):
+    """fp32 kernels (no mma): the wait is the first memory access."""
     kernels = engine.kernels.kernels
     assert len(kernels) >= 3 and all(k.pdl for k in kernels)
+    assert not [k for k in kernels if k.schedule in ("mma", "wgmma")]
     entries = _entries(engine.ptx)
     for k in kernels:
         body = entries[k.name]
@@ -110,3 +112,52 @@ def test_the_plan_keeps_pdl_and_refuses_it_where_the_ptx_does_not_wait(engine):
     def not_bool(h):
         h["kernel_table"]["kernels"][0]["pdl"] = 1
     refused(edited(plan_to_bytes(engine), not_bool), "header", "kernel")
+
+
+# ---- mma kernels: the weights' first K tiles before the wait -----------------------------------
+
+def _mapped(precision, options=""):
+    from test_gpu_map_mma_flat_m import _conv
+    make, x = _conv(precision, N=2, H=10, W=10)
+    m = make()
+    PassManager(f"map-to-gpu{{mma-epilogue=staged arch=sm_90 {options}}}".replace(" }", "}")).run(m)
+    return m, make, x
+
+
+def _before_wait(launch):
+    ops = list(launch.regions[0].blocks[0].ops)
+    waits = [i for i, o in enumerate(ops) if o.name == "gpu.grid_wait"]
+    return waits, [o for o in ops[:waits[0]] for o in o.walk()] if waits else []
+
+
+@pytest.mark.parametrize("precision", ["int8", "fp16"])
+def test_mma_kernels_copy_only_weights_before_the_wait(precision):
+    """Before its gpu.grid_wait an mma kernel reads nothing but its constant operand (cp.async
+    from a loop.global), and it computes the same as the unmapped nest (the interpreter runs
+    the wait as a no-op)."""
+    from ptxc.dialects.loop import run_main
+    from ptxc.lower.gpu_map.tiled import _root
+    from test_gpu_map_mma_flat_m import _check
+    m, make, x = _mapped(precision)
+    mma_launches = [lch for lch in launches(m) if lch.attributes["schedule"] in ("mma", "wgmma")]
+    assert mma_launches
+    for lch in mma_launches:
+        assert lch.attributes.get("pdl") is True
+        waits, early = _before_wait(lch)
+        assert len(waits) == 1
+        copies = [o for o in early if o.name == "gpu.cp_async"]
+        assert copies, "no weights copied before the wait"
+        for o in early:
+            assert o.name not in ("loop.store", "loop.load"), o.name
+        for o in copies:
+            root = _root(o.operands[0])
+            assert root.owner.name == "loop.global", root
+    _check(run_main(m, x), run_main(make(), x), precision)
+
+
+@pytest.mark.parametrize("options", ["pdl-early-weights=false", "pdl=false"])
+def test_without_early_weights_the_kernel_waits_first(options):
+    m, _, _ = _mapped("fp16", options)
+    for lch in launches(m):
+        assert not _before_wait(lch)[0]
+        assert lch.attributes.get("pdl", False) is (options != "pdl=false")

@@ -193,6 +193,31 @@ class ThreadId(_Id):
 
 
 @register
+class GridWait(OpSpec):
+    """Programmatic dependent launch's wait (``griddepcontrol.wait``): the grids launched before
+    this one have completed and their memory is visible after it. In a ``pdl`` launch whose
+    body has none, the kernel waits first thing (loop_to_llvm); a schedule places one itself
+    to read constants (weights) before it, overlapping the previous kernel's tail. At most one
+    per launch, directly in its body. A no-op in the interpreter (one grid at a time)."""
+
+    name = "gpu.grid_wait"
+    operands = ()
+    results = ()
+
+    def infer_types(self, op):
+        return []
+
+    def verify(self, op):
+        launch = enclosing_launch(op)
+        if launch is None or op.parent_op is not launch:
+            fail(op, "must be directly in a gpu.launch's body")
+
+    def reference(self, op, args, interp):
+        _state(op, interp)
+        return []
+
+
+@register
 class Barrier(OpSpec):
     """``__syncthreads()``: every thread of the block waits here until all have arrived; memory
     written before it (shared or global) is visible to the block after it. Block-uniform control

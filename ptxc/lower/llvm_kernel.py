@@ -316,8 +316,9 @@ class _GpuKernel(_Kernel):
 
     def __init__(self, module: ir.Module, name: str, roots: list, top_scalars: list,
                  dynamic: bool = False, check_ids: dict | None = None,
-                 id_ranges: dict | None = None, pdl: bool = False):
+                 id_ranges: dict | None = None, pdl: bool = False, waits: bool = False):
         self.pdl = pdl
+        self.waits = waits     # the body has its own gpu.grid_wait
         super().__init__(module, name, roots, top_scalars, check_ids)
         self.fn.calling_convention = "ptx_kernel"
         for a in self.fn.args:  # every buffer a cuda kernel gets starts 256-byte aligned
@@ -342,10 +343,14 @@ class _GpuKernel(_Kernel):
             griddepcontrol.launch_dependents;
             ... the kernel ...
         """
-        if self.pdl:
-            for name in ("llvm.nvvm.griddepcontrol.wait",
-                         "llvm.nvvm.griddepcontrol.launch.dependents"):
-                self.b.call(self.declare(name, ir.VoidType(), []), [])
+        if self.pdl and not self.waits:
+            self.grid_wait()
+
+    def grid_wait(self) -> None:
+        """``griddepcontrol.wait`` then ``launch_dependents`` (:meth:`prologue`)."""
+        for name in ("llvm.nvvm.griddepcontrol.wait",
+                     "llvm.nvvm.griddepcontrol.launch.dependents"):
+            self.b.call(self.declare(name, ir.VoidType(), []), [])
 
     def emit(self, op: Operation) -> None:
         name = op.name
@@ -359,6 +364,9 @@ class _GpuKernel(_Kernel):
                 v.set_metadata("range", self.m.add_metadata([ir.Constant(i32, 0),
                                                               ir.Constant(i32, extent)]))
             self.vals[op.results[0]] = self.b.zext(v, I64)
+        elif name == "gpu.grid_wait":
+            if self.pdl:     # else a plain launch: the stream order already waited
+                self.grid_wait()
         elif name == "gpu.barrier":
             i32 = ir.IntType(32)
             self.b.call(self.declare(_BARRIER, ir.VoidType(), [i32]), [ir.Constant(i32, 0)])

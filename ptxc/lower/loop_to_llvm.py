@@ -98,7 +98,7 @@ _INNER = {"loop.parallel", "loop.for", "loop.copy", "loop.view", "loop.load", "l
           "loop.yield"}
 # NVPTX: the only top-level kernel is a gpu.launch; these may appear inside one
 _GPU_TOP = {"gpu.launch", "loop.alloc", "loop.global", "loop.view", "func.return"}
-_GPU_INNER = _INNER | {"loop.if", "gpu.block_id", "gpu.thread_id", "gpu.barrier",
+_GPU_INNER = _INNER | {"loop.if", "gpu.block_id", "gpu.thread_id", "gpu.barrier", "gpu.grid_wait",
                        "gpu.warp_barrier", "gpu.shared"} | llvm_tensorcore.OPS | llvm_wgmma.OPS
 _TARGETS = ("cpu", "nvptx")
 
@@ -372,7 +372,8 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
                 "gpu.block_id": tuple(op.attributes["grid"]),
                 "gpu.thread_id": tuple(op.attributes["block"])}
             k = _GpuKernel(m, name, roots, tops, dynamic=dynamic, check_ids=check_ids,
-                           id_ranges=ranges, pdl=bool(op.attributes.get("pdl", False)))
+                           id_ranges=ranges, pdl=bool(op.attributes.get("pdl", False)),
+                           waits=any(o.name == "gpu.grid_wait" for o in op.walk()))
             k.block(op.regions[0].blocks[0], [])
             k.finish()
             shared, dynamic_shared = k.shared_bytes, k.shared_bytes if dynamic else 0

@@ -30,7 +30,7 @@ from ...errors import CompileError
 from ...ir.core import Operation
 from ...rewrite.pass_ import Pass, register_pass
 from . import mma, mma_epilogue, pointwise, reduction, tiled, wgmma
-from .common import KERNEL_OPS, parallel_space, points
+from .common import KERNEL_OPS, parallel_space, pdl_enabled, points
 
 #: (name, schedule) in the order they are tried
 SCHEDULES = [
@@ -47,20 +47,6 @@ def _empty(op: Operation) -> bool:
     if op.name == "loop.copy":
         return op.operands[0].type.size == 0
     return op.attributes["upper"] <= op.attributes["lower"] and not op.has_uses
-
-
-#: the first arch with programmatic dependent launch (``griddepcontrol``, PTX ISA 7.8)
-PDL_MIN_ARCH = 90
-
-
-def pdl_enabled(options) -> bool:
-    """Whether map-to-gpu marks its launches ``pdl`` (gpu.launch): its ``pdl`` option (default
-    on) and an arch (its ``arch``, else what lower_to_ptx builds for) of sm_90 or later."""
-    if not getattr(options, "pdl", True):
-        return False
-    from ...ptx.target import _ARCH, default_arch
-    m = _ARCH.match(getattr(options, "arch", "") or default_arch())
-    return m is not None and int(m.group(1)) >= PDL_MIN_ARCH
 
 
 def map_to_gpu(module: Operation, options=None) -> bool:
@@ -213,6 +199,8 @@ class MapToGpu(Pass):
     launch, gpu.launch's docstring): the kernel waits for its predecessors in its first
     instruction, and the runtime launches it while the one before still runs, so the launch
     and the placement of its blocks overlap that kernel's tail (:func:`pdl_enabled`).
+    ``pdl-early-weights`` (``true``): there, an mma or wgmma kernel copies the first K tiles
+    of its constant operand (the weights) before it waits (mma._Builder._prologue).
 
     Before:
         "builtin.module"() ({
@@ -277,6 +265,7 @@ class MapToGpu(Pass):
     mma_tiles: tuple[str, ...] = attrs.field(default=(), converter=tuple,
                                              validator=_check_tiles)
     pdl: bool = True
+    pdl_early_weights: bool = True
     wgmma_tiles: tuple[str, ...] = attrs.field(default=(), converter=tuple,
                                                validator=_check_wgmma_tiles)
     wgmma_copies: str = attrs.field(default=_DEFAULT_WGMMA_COPIES,

@@ -168,3 +168,17 @@ def clone_body(block: Block, b: Builder, mapping: dict) -> dict:
             break
         b.insert(op.clone(mapping))
     return mapping
+
+
+#: the first arch with programmatic dependent launch (``griddepcontrol``, PTX ISA 7.8)
+PDL_MIN_ARCH = 90
+
+
+def pdl_enabled(options) -> bool:
+    """Whether map-to-gpu marks its launches ``pdl`` (gpu.launch): its ``pdl`` option (default
+    on) and an arch (its ``arch``, else what lower_to_ptx builds for) of sm_90 or later."""
+    if not getattr(options, "pdl", True):
+        return False
+    from ...ptx.target import _ARCH, default_arch
+    m = _ARCH.match(getattr(options, "arch", "") or default_arch())
+    return m is not None and int(m.group(1)) >= PDL_MIN_ARCH

@@ -123,10 +123,10 @@ import attrs
 from ...dialects.gpu import MAX_GRID_YZ, barrier, block_id, shared, thread_id
 from ...dialects.loop import for_loop, if_op, parallel_loop
 from ...ir.builder import Builder
-from ...ir.core import Operation, Value
+from ...ir.core import Operation, OpResult, Value
 from ...ir.types import F16, F32, I8, I32, BufferType
 from . import mma_epilogue, mma_prefetch
-from .common import add, cmp, const, delinearize, div, launch_before, mul, sub
+from .common import add, cmp, const, delinearize, div, launch_before, mul, pdl_enabled, sub
 from .contraction import (Contraction, Operand, accumulator_bound, analyze, ctas,
                           rows_in_memory_order)
 from .tiled import _root
@@ -378,8 +378,13 @@ def _linear(b: Builder, x: Operand, syms: dict) -> Value:
 class _Builder:
     """Writes the launch of one contraction (the module docstring's pseudo-code)."""
 
-    def __init__(self, c: Contraction, cfg: Config, flat_m: bool = False):
+    def __init__(self, c: Contraction, cfg: Config, flat_m: bool = False,
+                 early_weights: bool = False):
         self.c, self.cfg = c, cfg
+        #: the constant operands (weights), whose first stages are copied before the launch's
+        #: gpu.grid_wait (:meth:`_prologue`): a pdl launch reads them during the previous
+        #: kernel's tail
+        self.early = [x for x in (c.a, c.b) if _constant(x)] if early_weights else []
         self.shape, self.ks, _, self.vec = KIND[c.kind]
         self.bk = cfg.bk
         self.el, self.acc_t = TYPES[c.kind]
@@ -458,8 +463,9 @@ class _Builder:
         n_slots = mma_prefetch.slots(c, cfg)
         steps = T * self.kts     # the CTA's K tiles, output tile after output tile
 
-        def copy(cb: Builder, i: Value) -> None:
-            """Copies of the CTA's K tile ``i`` (flattened over its output tiles)."""
+        def copy(cb: Builder, i: Value, operands=(c.a, c.b), tiles: bool = True) -> None:
+            """Copies of the CTA's K tile ``i`` (flattened over its output tiles) of
+            ``operands``, and with ``tiles`` the epilogue's tiles of its output tile."""
             if T == 1:
                 t, kt = None, i
             elif self.kts == 1:
@@ -468,7 +474,7 @@ class _Builder:
                 t = div(cb, i, self.kts)
                 kt = sub(cb, i, mul(cb, t, self.kts))
             m0 = mul(cb, first if t is None else add(cb, first, t), cfg.bm)
-            if self.tiles:
+            if self.tiles and tiles:
                 slot = None if n_slots == 1 else _rem(cb, t, n_slots)
                 if kt is None:
                     mma_prefetch.issue(self, cb, self.tiles, m0, slot)
@@ -477,12 +483,9 @@ class _Builder:
                     mma_prefetch.issue(self, tb, self.tiles, m0, slot)
             kt = const(cb, 0) if kt is None else kt
             self._copy(cb, _rem(cb, i, cfg.stages), add(cb, kt0, kt) if kt0 is not None else kt,
-                       m0)
+                       m0, operands)
 
-        for s in range(cfg.stages - 1):   # S - 1 groups, empty past the last tile, so that
-            if s < steps:                   # the loop's wait(S - 2) always means "tile i"
-                copy(b, const(b, s))
-            b.create("gpu.cp_async_commit", [])
+        self._prologue(b, steps, copy)
         zero = b.create("arith.constant", [], {"value": _zero(self.acc_t),
                                                "type": self.acc_t}).result
         mi_n, ni_n = cfg.wm // 16, cfg.wn // 8
@@ -516,11 +519,34 @@ class _Builder:
             self._reduce_splits()
         return launch
 
+    def _prologue(self, b: Builder, steps: int, copy) -> None:
+        """The copies of the first S - 1 K tiles, one commit group each (empty past the last
+        tile, so that the main loop's wait(S - 2) always means "tile i"). Where
+        :attr:`early`, the constant operand's copies of all of them come first, then the
+        launch's ``gpu.grid_wait``, then the rest: the weights are read while the kernel
+        before still runs (a pdl launch, gpu.launch's docstring), the activations after it
+        completed. They join the first commit group, which the main loop waits for first::
+
+            cp.async B tile 0, B tile 1;  griddepcontrol.wait
+            cp.async A tile 0;  commit;  cp.async A tile 1;  commit
+        """
+        cfg = self.cfg
+        late = [x for x in (self.c.a, self.c.b) if not any(x is e for e in self.early)]
+        if self.early:
+            for s in range(min(cfg.stages - 1, steps)):
+                copy(b, const(b, s), self.early, False)
+            b.create("gpu.grid_wait", [])
+        for s in range(cfg.stages - 1):
+            if s < steps:
+                copy(b, const(b, s), late)
+            b.create("gpu.cp_async_commit", [])
+
     # -- global -> shared
-    def _copy(self, b: Builder, stage: Value, kt: Value, m0: Value | None = None) -> None:
-        """K tile ``kt`` of both operands into ``stage``; A's rows from ``m0`` (default: the
-        CTA's output tile, ``self.base``)."""
-        for x in (self.c.a, self.c.b):
+    def _copy(self, b: Builder, stage: Value, kt: Value, m0: Value | None = None,
+              operands=None) -> None:
+        """K tile ``kt`` of ``operands`` (default both) into ``stage``; A's rows from ``m0``
+        (default: the CTA's output tile, ``self.base``)."""
+        for x in operands or (self.c.a, self.c.b):
             lay = self.lay[id(x)]
             base = m0 if x is self.c.a and m0 is not None else self.base[id(x)]
             if lay.vector:
@@ -721,6 +747,12 @@ class _Builder:
         nest.erase()
 
 
+def _constant(x: Operand) -> bool:
+    """Whether operand ``x`` reads a constant (a ``loop.global``: weights, never written)."""
+    root = _root(x.buffer)
+    return isinstance(root, OpResult) and root.owner.name == "loop.global"
+
+
 def m_linear_accesses(c: Contraction) -> list:
     """``(op, Operand)`` of the point program's loads and stores whose buffer offset is linear in
     the logical row ``m``: affine in the parallel dims, reading every M dim, each M dim's
@@ -803,8 +835,9 @@ def schedule(op: Operation, options=None) -> Operation | None:
         return None
     from . import wgmma   # wgmma.py builds on this module
     wcfg = wgmma.choose(c, options)
+    early = getattr(options, "pdl_early_weights", True) and pdl_enabled(options)
     if wcfg is not None:
-        return wgmma.build(c, wcfg)
+        return wgmma.build(c, wcfg, early)
     cfg = choose(c, parse_tiles(getattr(options, "mma_tiles", ())),
                  getattr(options, "mma_stages", 0) or STAGES)
     if cfg is None:
@@ -818,7 +851,7 @@ def schedule(op: Operation, options=None) -> Operation | None:
     flat_m = getattr(options, "mma_flat_m", True)
     if flat_m:
         c = rows_in_memory_order(c)
-    launch = _Builder(c, cfg, flat_m).build()
+    launch = _Builder(c, cfg, flat_m, early).build()
     blocks = getattr(options, "mma_min_blocks", 0) or min_blocks(c, cfg)
     if blocks > 1:
         launch.attributes["min_blocks"] = blocks

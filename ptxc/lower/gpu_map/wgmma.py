@@ -309,10 +309,8 @@ class _Builder(mma._Builder):
         self.batch_lin = block_id(b, 2)
         self.split = None
         self.batch = mma._index_values(b, c, c.batch, self.batch_lin) if c.batch else {}
-        for s in range(cfg.stages - 1):   # S - 1 groups, empty past the last tile, so that
-            if s < self.kts:                # the loop's wait(S - 2) always means "tile kt"
-                self._copy(b, const(b, s), const(b, s))
-            b.create("gpu.cp_async_commit", [])
+        self._prologue(b, self.kts, lambda cb, s, operands, tiles=True:
+                       self._copy(cb, s, s, None, operands))
         zero = b.create("arith.constant", [], {"value": mma._zero(self.acc_t),
                                                "type": self.acc_t}).result
         loop, fb, kt, carried = for_loop(b, 0, self.kts, 1, inits=[zero] * (cfg.bn // 2))
@@ -358,7 +356,7 @@ class _Builder(mma._Builder):
             self._guarded_point(b, m, n, lambda eb, v=v: v)
 
 
-def build(c: Contraction, cfg: Config) -> Operation:
+def build(c: Contraction, cfg: Config, early_weights: bool = False) -> Operation:
     """The wgmma launch of ``c`` with tile ``cfg`` (inserted before its nest, which the caller
-    erases)."""
-    return _Builder(c, cfg).build()
+    erases); ``early_weights``: mma._Builder's."""
+    return _Builder(c, cfg, early_weights=early_weights).build()
