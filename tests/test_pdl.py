@@ -161,3 +161,20 @@ def test_without_early_weights_the_kernel_waits_first(options):
     for lch in launches(m):
         assert not _before_wait(lch)[0]
         assert lch.attributes.get("pdl", False) is (options != "pdl=false")
+
+
+def test_a_schedules_second_kernel_is_pdl_too():
+    """Split-K's partial sums are added by a second launch the mma schedule writes itself: it
+    waits for the first like any other kernel."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((4096, 64)).astype(np.float32), "w")
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                          [vi("x", TensorProto.FLOAT, [16, 4096])],
+                          [vi("y", TensorProto.FLOAT, [16, 64])], [w])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    engine = ptxc.compile(model, target="cuda", arch="sm_90", precision="fp16")
+    kernels = engine.kernels.kernels
+    assert any("split-K" in (k.tile or "") for k in kernels), [k.tile for k in kernels]
+    assert all(k.pdl for k in kernels)

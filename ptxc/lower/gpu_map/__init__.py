@@ -64,15 +64,16 @@ def map_to_gpu(module: Operation, options=None) -> bool:
                 op.erase()
                 continue
             for _, sched in SCHEDULES:
-                launch = sched(op, options)
-                if launch is not None:
-                    if pdl:
-                        launch.attributes["pdl"] = True
+                if sched(op, options) is not None:
                     op.erase()
                     break
         left = [op.where for op in body.ops if op.name in KERNEL_OPS]
         if left:
             raise CompileError("map-to-gpu: no schedule took " + ", ".join(left))
+        if pdl:   # every launch, a schedule's second ones too (split-K's sum of the splits)
+            for op in body.ops:
+                if op.name == "gpu.launch":
+                    op.attributes["pdl"] = True
     return changed
 
 
@@ -96,6 +97,12 @@ def _check_min_blocks(instance, attribute, value):
 def _check_stages(instance, attribute, value):
     if not isinstance(value, int) or not (value == 0 or 2 <= value <= 8):
         raise ValueError(f"mma-stages must be 0 (the schedule's choice) or 2 to 8, is {value!r}")
+
+
+def _check_deep_k(instance, attribute, value):
+    if not isinstance(value, int) or not 0 <= value <= 64:
+        raise ValueError(f"mma-deep-k must be a count of base K tiles in [0, 64] (0: the "
+                         f"schedule's {mma.DEEP_K}), is {value!r}")
 
 
 def _check_m_tiles(instance, attribute, value):
@@ -180,6 +187,8 @@ class MapToGpu(Pass):
     thread, else ptxas's choice; 3 or 4 for every kernel made ResNet-50 b32 slower on the
     H200, int8 1.45 and 2.17 ms against 1.43, fp16 1.92 and 2.59 against 1.81, 2026-12-02;
     1: ptxas's choice everywhere).
+    ``mma-deep-k`` (0: mma.DEEP_K, 8): the K, in base K tiles (32 f16 or 64 int8 elements), from
+    which mma.sync K tiles are twice as deep (for timing runs).
     ``mma-stages`` (0: the schedule's 3) and ``mma-tiles`` (``[BMxBNxWARPS_MxWARPS_N, ...]``,
     largest first; empty: mma.TILES): the mma.sync schedule's cp.async stages and the CTA
     tiles its heuristic picks from, for tuning runs (``bench/resnet50_int8.py --variant``).
@@ -259,6 +268,7 @@ class MapToGpu(Pass):
     arch: str = attrs.field(default="", validator=_check_arch)
     mma_min_blocks: int = attrs.field(default=0, validator=_check_min_blocks)
     mma_stages: int = attrs.field(default=0, validator=_check_stages)
+    mma_deep_k: int = attrs.field(default=0, validator=_check_deep_k)
     mma_m_tiles: int = attrs.field(default=0, validator=_check_m_tiles)
     mma_flat_m: bool = True
     mma_epilogue_tiles: bool = True

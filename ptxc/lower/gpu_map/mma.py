@@ -289,13 +289,15 @@ def parse_tiles(items) -> tuple:
     return tuple(tiles)
 
 
-def choose(c: Contraction, tiles: tuple = TILES, stages: int = STAGES) -> Config | None:
+def choose(c: Contraction, tiles: tuple = TILES, stages: int = STAGES,
+           deep_k: int = DEEP_K) -> Config | None:
     """The tile of ``tiles`` (:data:`TILES`; module docstring) with ``stages`` cp.async stages,
-    or None when the grid would not fit."""
+    K tiles twice as deep from K of ``deep_k`` base tiles (:data:`DEEP_K`), or None when the
+    grid would not fit."""
     bk = KIND[c.kind][2]
     if c.batches > MAX_GRID_YZ:
         return None
-    if c.K >= DEEP_K * bk:   # 64-deep K tiles: half the barriers (measured 0.45x -> 0.49x of
+    if c.K >= deep_k * bk:   # 64-deep K tiles: half the barriers (measured 0.45x -> 0.49x of
         bk *= 2              # cuBLAS at 4096^3 on an H200: bench/RESULTS.md)
     fits = [cfg for cfg in (Config(bm, bn, wm, wn, bk, stages) for bm, bn, wm, wn in tiles)
             if valid(c, cfg)]
@@ -839,7 +841,8 @@ def schedule(op: Operation, options=None) -> Operation | None:
     if wcfg is not None:
         return wgmma.build(c, wcfg, early)
     cfg = choose(c, parse_tiles(getattr(options, "mma_tiles", ())),
-                 getattr(options, "mma_stages", 0) or STAGES)
+                 getattr(options, "mma_stages", 0) or STAGES,
+                 getattr(options, "mma_deep_k", 0) or DEEP_K)
     if cfg is None:
         return None
     epilogue = getattr(options, "mma_epilogue", mma_epilogue.DEFAULT_EPILOGUE)
