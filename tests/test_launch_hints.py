@@ -47,6 +47,21 @@ def test_mma_min_blocks_is_the_kernels_minnctapersm(blocks, tile, rule):
     assert (".minnctapersm 3" in ptx) == (want == 3)
 
 
+@pytest.mark.parametrize("K,N,warps,blocks", [(128, 512, "4x2", 2),    # 4 base K tiles
+                                              (32, 512, "2x2", 1),     # one K tile
+                                              (512, 512, "2x2", 1)])   # deep K tiles
+def test_a_128x128_tile_of_several_base_k_tiles_takes_eight_warps(K, N, warps, blocks):
+    """mma.eight_warps: 4 x 2 warps of 32 x 64 (two CTAs per SM: minnctapersm 2) where the
+    128 x 128 tile's K loop has two base-depth tiles or more; four warps otherwise."""
+    m = loop_module(matmul_model(M=8192, K=K, N=N))
+    PassManager("map-to-gpu{wgmma=off}").run(m)
+    (launch,) = [o for o in m.walk() if o.name == "gpu.launch"]
+    assert "128x128x" in launch.attributes["tile"]
+    assert f"warps {warps} " in launch.attributes["tile"], launch.attributes["tile"]
+    assert launch.attributes.get("min_blocks", 1) == blocks
+    assert launch.attributes["block"] == ((256 if warps == "4x2" else 128), 1, 1)
+
+
 def test_bad_min_blocks_is_an_error():
     from ptxc.errors import CompileError
     with pytest.raises((CompileError, ValueError), match="mma-min-blocks"):
@@ -64,7 +79,8 @@ def test_mma_tiles_and_stages_options_choose_the_kernels_tile():
     cp.async stage count (tuning runs: bench/resnet50_int8.py --variant); the pipeline text
     round-trips."""
     from ptxc.rewrite.pipeline import format_pipeline, parse_pipeline
-    assert _mma_tiles("") == ["f16 128x128x32 warps 2x2 stages 3 epilogue staged"]
+    # the default tiles: 128 x 128 with 4 K tiles takes eight warps (mma.eight_warps)
+    assert _mma_tiles("") == ["f16 128x128x32 warps 4x2 stages 3 epilogue staged"]
     assert _mma_tiles("wgmma=off mma-tiles=[128x128x2x4,64x64x2x2] mma-stages=4") == [
         "f16 128x128x32 warps 2x4 stages 4 epilogue staged"]
     assert _mma_tiles("wgmma=off mma-tiles=[64x64x2x2]") == [

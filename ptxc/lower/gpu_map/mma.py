@@ -306,7 +306,8 @@ def choose(c: Contraction, tiles: tuple = TILES, stages: int = STAGES,
     full = [cfg for cfg in fits if ctas(c, cfg.bm, cfg.bn) >= SMS]
     if full:   # the largest tile (TILES' order) within PAD_SLACK of the least padded work
         least = min(padded_work(c, cfg) for cfg in full)
-        return next(cfg for cfg in full if padded_work(c, cfg) <= PAD_SLACK * least)
+        cfg = next(cfg for cfg in full if padded_work(c, cfg) <= PAD_SLACK * least)
+        return eight_warps(c, cfg) if tiles is TILES else cfg
     cfg = fits[-1]
     blocks = ctas(c, cfg.bm, cfg.bn)
     kt = -(-c.K // bk)
@@ -315,6 +316,30 @@ def choose(c: Contraction, tiles: tuple = TILES, stages: int = STAGES,
     if splits > 1 and c.batches * splits <= MAX_GRID_YZ:
         cfg = attrs.evolve(cfg, splits=splits)
     return cfg
+
+
+#: K tiles from which a 128 x 128 tile of base-depth K tiles takes eight warps (:func:`eight_warps`)
+EIGHT_WARPS_MIN_K_TILES = 2
+
+
+def eight_warps(c: Contraction, cfg: Config) -> Config:
+    """``cfg`` with 4 x 2 warps (32 x 64 warp tiles: 64 accumulators a thread, two CTAs per SM
+    in 128 registers, :func:`min_blocks`) where it is a 128 x 128 x 2 x 2 tile of base-depth K
+    tiles (not :data:`DEEP_K`'s) with at least :data:`EIGHT_WARPS_MIN_K_TILES` of them; else
+    ``cfg``. ptxas gives the four-warp kernel 198-240 registers once its K loop has two tiles
+    or more: two CTAs, eight warps per SM, each thread with 128 outputs of epilogue. Timed on
+    the H200 (ResNet-50 b32, session 15), kernel by kernel against four warps: int8 layer-3
+    conv3 + residual (K = 256) 16.5-17.6 -> 14.2-15.0 us, layer-2 conv3 (K = 128) 20.1-20.4
+    -> 19.2-19.6; fp16 layer-2 conv3 (K = 128, 4 tiles) 26.9-28.4 -> 24.2-24.7, layer-1 conv3
+    (K = 64, 2 tiles) 38.6-41.5 -> 37.2-40.5. Not with one K tile (the int8 layer-1 conv3,
+    whose four-warp kernel fits four CTAs per SM in 116-124 registers: 28.8 -> 32.4 us) nor
+    with deep K tiles (fp16 layer-3 conv3 17.3-18.5 -> 21.7-22.6, int8 layer-4 conv3 12.2-15.4
+    -> 16.1-19.3)."""
+    if ((cfg.bm, cfg.bn, cfg.warps_m, cfg.warps_n) != (128, 128, 2, 2) or cfg.splits > 1
+            or cfg.bk != KIND[c.kind][2] or -(-c.K // cfg.bk) < EIGHT_WARPS_MIN_K_TILES):
+        return cfg
+    out = attrs.evolve(cfg, warps_m=4)
+    return out if valid(c, out) else cfg
 
 
 # ---- building ------------------------------------------------------------------------------------
@@ -904,8 +929,11 @@ def min_blocks(c: Contraction, cfg: Config) -> int:
     (2 CTAs per SM: its layer-1 conv1, 784 CTAs, ran in 3 waves; the stem in 12), and fits
     them in 168 without spills. Not the 64 x 64 warp tiles: at 168 registers they spilled
     (and 3 for every kernel, map-to-gpu's ``mma-min-blocks=3``, slowed the 128x128x128
-    ones 22 -> 37 us on the H200, session 12)."""
+    ones 22 -> 37 us on the H200, session 12). An eight-warp CTA of such warp tiles
+    (:func:`eight_warps`) takes 2: ptxas fits it in 128 registers."""
     acc = cfg.wm * cfg.wn // 32
-    if acc <= THREE_BLOCKS_MAX_ACC and 3 * (shared_bytes(c, cfg) + 1024) <= SM_SHARED:
-        return 3
+    if acc <= THREE_BLOCKS_MAX_ACC:
+        blocks = 3 if cfg.threads <= 128 else 2   # eight warps (eight_warps): 128 registers
+        if blocks * (shared_bytes(c, cfg) + 1024) <= SM_SHARED:
+            return blocks
     return 1
