@@ -21,7 +21,7 @@ from ptxc.dialects.loop import parallel_loop
 from ptxc.ir.types import F32, BufferType
 
 from test_gpu_map import launches
-from test_plan import edited, refused, split
+from test_plan import edited, refused, small_cuda_engine, split
 
 
 def _two_nests():
@@ -49,7 +49,7 @@ def test_map_to_gpu_marks_every_launch_on_sm90_and_later(options, marked):
 @pytest.fixture(scope="module")
 def engine():
     """A cuda engine for sm_90 (compiled here; no GPU needed): conv, relu, pool, softmax."""
-    return _engine("sm_90")
+    return small_cuda_engine("sm_90")
 
 
 _MEMORY = re.compile(r"^\s*(griddepcontrol\.wait|(?:ld|st|atom|red|cp)\.(?!param)\S*)", re.M)
@@ -85,23 +85,12 @@ def test_the_launch_config_asks_for_programmatic_serialization(engine):
     assert launch_config(attrs.evolve(k, pdl=False)).programmatic_stream_serialization is False
 
 
-def _engine(arch):
-    rng = np.random.default_rng(2)
-    net = ptxc.Network("pdl")
-    x = net.add_input("x", (2, 3, 6, 6))
-    y = net.add_conv(x, rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
-                     rng.standard_normal(4).astype(np.float32), padding=1)
-    y = net.add_flatten(net.add_pooling(net.add_activation(y, "relu"), "max", kernel=2))
-    net.mark_output(net.add_softmax(y), "y")
-    return ptxc.compile(net, target="cuda", arch=arch)
-
-
 def test_the_plan_keeps_pdl_and_refuses_it_where_the_ptx_does_not_wait(engine):
     """A plan's kernels keep their pdl; a plan of sm_80 kernels (no wait) whose header alone
     says pdl, checksum recomputed, is refused (PlanError, cause "code")."""
     header, _ = split(plan_to_bytes(engine))
     assert all(k["pdl"] is True for k in header["kernel_table"]["kernels"])
-    old = _engine("sm_80")
+    old = small_cuda_engine("sm_80")
     assert not any(k.pdl for k in old.kernels.kernels)
     assert "griddepcontrol" not in old.ptx
 

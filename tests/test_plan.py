@@ -404,9 +404,9 @@ def test_python_payloads_stay_data(tmp_path, monkeypatch):
 
 # ---- cuda plans (built and loaded without a GPU) ------------------------------------------------
 
-@pytest.fixture(scope="module")
-def cuda_engine():
-    """A cuda engine with weights, scratch buffers and several kernels, for sm_90."""
+def small_cuda_engine(arch: str = "sm_90"):
+    """A cuda engine with weights, scratch buffers and several kernels (conv, relu, max pool,
+    softmax), compiled here for ``arch``: no GPU needed."""
     rng = np.random.default_rng(1)
     net = ptxc.Network("small")
     x = net.add_input("x", (2, 3, 6, 6))
@@ -414,7 +414,13 @@ def cuda_engine():
                      rng.standard_normal(4).astype(np.float32), padding=1)
     y = net.add_flatten(net.add_pooling(net.add_activation(y, "relu"), "max", kernel=2))
     net.mark_output(net.add_softmax(y), "y")
-    return ptxc.compile(net, target="cuda", arch="sm_90")
+    return ptxc.compile(net, target="cuda", arch=arch)
+
+
+@pytest.fixture(scope="module")
+def cuda_engine():
+    """A cuda engine with weights, scratch buffers and several kernels, for sm_90."""
+    return small_cuda_engine()
 
 
 @pytest.fixture(scope="module")
