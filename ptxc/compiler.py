@@ -43,10 +43,16 @@ STAGE_PIPELINES = {
     "loop": "lower-tensor-to-loop",
 }
 
+#: the threads an H200 holds at once (132 SMs x 2048): on cuda, a streaming reduction nest (a
+#: pool, a Reduce*: no load shared between points) is unrolled and jammed only while it keeps
+#: this many points, so one with fewer gets a thread per output (lower-tensor-to-loop's
+#: ``jam-min-points``; tensor_to_loop/nest.py, "Unroll-and-jam")
+CUDA_JAM_MIN_POINTS = 132 * 2048
+
 #: where a target's pipeline differs from STAGE_PIPELINES
 TARGET_STAGE_PIPELINES = {
     "cpu": {},
-    "cuda": {"loop": "lower-tensor-to-loop,map-to-gpu"},
+    "cuda": {"loop": f"lower-tensor-to-loop{{jam-min-points={CUDA_JAM_MIN_POINTS}}},map-to-gpu"},
 }
 
 TARGETS = ("cpu", "cuda")

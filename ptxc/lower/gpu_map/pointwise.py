@@ -12,7 +12,10 @@ nests; ``grid = ceil(points / B)``. A nest whose threads each run a loop (a redu
 this schedule, such as a global average pool over 7 x 7 pixels with its producer's epilogue)
 and that has fewer points than 256 per SM gets blocks small enough (a warp at least) that its
 grid covers every SM: ResNet-50's pool at batch 32 had 8192 threads in 32 blocks of 256, a
-quarter of an H200's 132 SMs, each thread summing 49 pixels of 8 channels (17-22 us).
+quarter of an H200's 132 SMs, each thread summing 49 pixels of 8 channels (17-22 us). On the
+cuda pipeline that pool now arrives with one point per output (lower-tensor-to-loop's
+``jam-min-points``, tensor_to_loop/nest.py "Unroll-and-jam": a streaming reduction too small
+to fill the GPU is not jammed), so it has 65536 threads in 256 blocks of 256.
 
 A nest of one point (a ``loop.parallel`` without dimensions, a rank-0 copy) and a top-level
 ``loop.for`` run in a launch of a single thread (grid 1, block 1, no guard). A sequential

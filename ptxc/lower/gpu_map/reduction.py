@@ -62,6 +62,13 @@ contiguous, so the threads of a block coalesce where pointwise threads, 8 rows a
 contiguous axis; a reduction along a strided axis (ReduceSum over axis 0) coalesces better
 pointwise, which is why the bound is not raised without an access-pattern test (future work).
 
+On the cuda pipeline a streaming reduction (every operand its loop walks moves with every
+parallel dim: Reduce*, softmax's max and sum, a norm's moments) reaches this schedule with one
+point per output when jammed it would have fewer points than an H200 holds threads
+(lower-tensor-to-loop's ``jam-min-points``, tensor_to_loop/nest.py "Unroll-and-jam"): a
+softmax over 4 rows is 4 blocks of one row each, not one block carrying the 4 rows' partials
+side by side. The nests of the tests here come from the cpu pipeline (jammed).
+
 Threads per block: ``B = clamp(next_pow2(ceil(N / 4)), 32, 256)`` (a power of two, so the
 tree halves evenly; at least 4 iterations per thread before the tree is worth its
 ``log2(B)`` barriers; 256 is the usual choice of CUB and PyTorch for long rows), up to 1024

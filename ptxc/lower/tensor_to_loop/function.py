@@ -80,14 +80,14 @@ def _unique(names: list[str], taken: set[str]) -> list[str]:
 class Lowerer:
     """Lowers one tensor-level function; :meth:`run` returns the new ``func.func``."""
 
-    def __init__(self, func: Operation):
+    def __init__(self, func: Operation, jam_min_points: int = 0):
         self.old = func
         self.problems: list[str] = []
         self.anchor: Operation | None = None
         self.place: dict[Value, Place] = {}
         self.views: dict = {}
         self.global_names: dict[str, object] = {}
-        self.nests = NestEmitter(self)
+        self.nests = NestEmitter(self, jam_min_points)
 
     # ---- materializing memory ---------------------------------------------------------------
     def top_insert(self, op: Operation) -> Operation:
@@ -467,9 +467,10 @@ class Lowerer:
         return out
 
 
-def lower_function(func: Operation) -> Operation:
+def lower_function(func: Operation, jam_min_points: int = 0) -> Operation:
     """The loop-level version of the tensor-level function ``func`` (see the module docstring);
-    ``func`` itself is consumed (its named ops are generalized in place)."""
-    return Lowerer(func).run()
+    ``func`` itself is consumed (its named ops are generalized in place). ``jam_min_points``:
+    lower-tensor-to-loop's option (nest.py, :func:`~.nest.jam_pays`)."""
+    return Lowerer(func, jam_min_points).run()
 
 

@@ -33,6 +33,40 @@ innermost loop (neighbouring GPU threads then read and write neighbouring elemen
 Longer innermost dims keep one point per element (their stores coalesce already; widening
 them is a question for the GPU's clock, not yet asked).
 
+**Unroll-and-jam** (:func:`jam_pays`). A nest with a reduction steps its innermost parallel dim
+by ``u`` (:data:`UNROLL`: 8, else 4 where the extent is shorter; a remainder is a second nest)
+and each point computes ``u`` outputs side by side, with ``u`` accumulators: the loads that do
+not move with that dim (a matmul's ``A[i, k]``, a conv's input across its output channels) are
+read once for the ``u`` chains, and on the CPU the ``u`` chains are what the SLP vectorizer
+packs. On a GPU each point is a thread, and a *streaming* reduction shares nothing between
+points: every load of its main body that a reduction dim indexes moves with every parallel dim
+(a pool, a Reduce*, softmax's max and sum, a norm's moments, with whatever elementwise producers
+are inlined into the body: ResNet's last residual add and ReLU, in int8 the dequantization of
+its int32 conv sums and int8 shortcut; a load no reduction dim indexes, such as a per-channel
+scale, is read once per point and does not count). There the jam only divides the threads by
+``u``. So the pass option ``jam-min-points`` (0, the default, and the cpu target's: every such
+nest is jammed) jams a streaming reduction only while that leaves it at least that many points;
+the cuda pipeline sets it to the threads an H200 holds at once (compiler.CUDA_JAM_MIN_POINTS,
+132 x 2048), so one too small to fill the GPU jammed gets one point per output instead. A nest
+with a reduction operand some points share (a load indexed by a reduction dim and invariant to a
+parallel dim of more than one point) is jammed whatever its size: every contraction (matmul,
+conv, depthwise conv: gpu_map's tiled and mma schedules and contraction.py are written for the
+jam). Each output is summed in the same order either way, so results are bit-identical.
+ResNet-50's global average pool at batch 32, channels-last fp16, on cuda (``r`` the last
+block's conv, ``s`` its shortcut)::
+
+    jam-min-points=0: 8192 points                    jam-min-points=270336: 65536 points
+    loop.parallel (n, c step 8) {                    loop.parallel (n, c) {
+      c1 = c + 1 ... c7 = c + 7                        a = loop.for h, w (0.0) {
+      a0..a7 = loop.for h, w (0.0 x 8) {                 a + relu(r[n, h, w, c]
+        a0 + relu(r[n, h, w, c] + s[n, h, w, c])                  + s[n, h, w, c]) }
+        ... a7 + relu(r[.., c7] + s[.., c7]) }         y[n, c] = a / 49
+      y[n, c] = a0 / 49 ... y[n, c7] = a7 / 49       }
+    }
+    map-to-gpu (pointwise): 256 blocks of 32         256 blocks of 256 threads; a warp
+    threads, 16 bytes per operand and pixel          reads 64 contiguous bytes per operand
+    per thread (about 13 us on the H200)             and pixel
+
 **Pads along the innermost dim** (:class:`PadFill`; plan.py decides when). A ``tensor.pad``
 whose last dim is padded, reading the result of an all-parallel generic that nothing else
 reads, is written by that generic's nest: the nest's dim that walks the last dim ranges over
@@ -236,6 +270,36 @@ def parallel_order(bounds, iters, ranges, store_map) -> list[int]:
 UNROLL = (8, 4)
 
 
+def jam_pays(spec: NestSpec, ranges, inner: int, u: int, min_points: int) -> bool:
+    """Whether the reduction nest of ``spec`` over ``ranges`` is unrolled and jammed by ``u``
+    along ``inner`` (see "Unroll-and-jam" in the module docstring): always where ``min_points``
+    is 0 (the CPU) or where some load of the main body that a reduction dim indexes is
+    invariant to a parallel dim (of more than one point: an operand that points share in every
+    step, a contraction's); a *streaming* reduction, each such load of which moves with every
+    parallel dim, only while it keeps ``min_points`` points jammed. Loads no reduction dim
+    indexes (a per-channel scale or bias, read once per point) do not count."""
+    if not min_points:
+        return True
+    extent = [hi - lo for lo, hi in ranges]
+    par = [d for d, t in enumerate(spec.iters) if t == "parallel" and extent[d] > 1]
+    red = {d for d, t in enumerate(spec.iters) if t == "reduction" and extent[d] > 1}
+    if inner not in par:
+        return True
+    n_in = len(spec.main.args) - len(spec.acc_types)
+    streamed = []
+    for a in spec.main.args[:n_in]:
+        if isinstance(a, Load):
+            used = {d for row in a.map for d, _ in row_terms(row)}
+            if used & red:
+                streamed.append(used)
+    if not streamed or any(d not in used for used in streamed for d in par):
+        return True
+    jammed = 1
+    for d in par:
+        jammed *= extent[d] // u if d == inner else extent[d]
+    return jammed >= min_points
+
+
 #: bytes of a run, largest first: what a fill point stores along a contiguous innermost dim
 #: (data.py), and the sizes of a short innermost dim an all-parallel nest's point computes whole
 RUN_BYTES = (16, 8, 4)
@@ -270,8 +334,9 @@ class NestEmitter:
     """Emits NestSpecs into the function being built by ``lw`` (a Lowerer: it materializes
     places as buffers and rematerializes top-level scalars)."""
 
-    def __init__(self, lw):
+    def __init__(self, lw, jam_min_points: int = 0):
         self.lw = lw
+        self.jam_min_points = jam_min_points   # see :func:`jam_pays`
 
     # ---- reads ------------------------------------------------------------------------------
     def source(self, scope: Scope, src, dims: dict) -> Value:
@@ -344,7 +409,7 @@ class NestEmitter:
             inner = order[-1]
             lo, hi = ranges[inner]
             u = next((u for u in UNROLL if hi - lo >= u), 1)
-            if u > 1:
+            if u > 1 and jam_pays(spec, ranges, inner, u, self.jam_min_points):
                 split = lo + (hi - lo) // u * u
                 main = [list(r) for r in ranges]
                 main[inner] = [lo, split]
