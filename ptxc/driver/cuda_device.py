@@ -13,9 +13,8 @@ JIT-compiles it for the newer device); ``arch_compatible("sm_90a", "sm_100")`` i
 from __future__ import annotations
 
 import collections
-import re
 
-from ..errors import CompileError
+from ..ptx.target import arch_number
 from .cuda_graphs import GraphCache
 
 __all__ = ["ALIGN", "arch_number", "arch_compatible", "load_kernel", "launch_config", "retire",
@@ -27,14 +26,6 @@ ALIGN = 256
 
 def _align(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
-
-
-def arch_number(arch: str) -> tuple[int, str]:
-    """``"sm_90a"`` -> ``(90, "a")``; a name that is no ``sm_NN[a|f]`` is a CompileError."""
-    m = re.fullmatch(r"sm_(\d+)([af]?)", arch or "")
-    if not m:
-        raise CompileError(f"cuda: {arch!r} is not a CUDA arch (expected sm_NN, e.g. sm_90)")
-    return int(m.group(1)), m.group(2)
 
 
 def arch_compatible(ptx_arch: str, device_arch: str, exact: bool = False) -> bool:

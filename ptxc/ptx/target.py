@@ -32,6 +32,15 @@ def default_arch() -> str:
     return device_arch() or DEFAULT_ARCH
 
 
+def arch_number(arch: str) -> tuple[int, str]:
+    """``"sm_90a"`` -> ``(90, "a")``; a name that is no ``sm_NN[a|f]`` is a CompileError (the
+    one parse of an arch name: the driver's compatibility check and map-to-gpu's PDL use it)."""
+    m = _ARCH.match(arch or "")
+    if not m:
+        raise CompileError(f"cuda: {arch!r} is not a CUDA arch (expected sm_NN, e.g. sm_90)")
+    return int(m.group(1)), m.group(2)
+
+
 def check_arch(arch: str) -> str:
     """``arch`` if it names an NVPTX arch (``sm_90``, ``sm_90a``, ``sm_100f``...), else a
     CompileError."""

@@ -179,6 +179,5 @@ def pdl_enabled(options) -> bool:
     on) and an arch (its ``arch``, else what lower_to_ptx builds for) of sm_90 or later."""
     if not getattr(options, "pdl", True):
         return False
-    from ...ptx.target import _ARCH, default_arch
-    m = _ARCH.match(getattr(options, "arch", "") or default_arch())
-    return m is not None and int(m.group(1)) >= PDL_MIN_ARCH
+    from ...ptx.target import arch_number, default_arch
+    return arch_number(getattr(options, "arch", "") or default_arch())[0] >= PDL_MIN_ARCH
