@@ -120,6 +120,30 @@ def throughput(engine, feeds: dict, streams: int, calls: int, batch: int) -> flo
     return streams * calls * batch / wall
 
 
+#: the --variant word that rewrites the model's stem as a space-to-depth and a 4x4 conv
+#: (bench/stem_space_to_depth.py, the shifted form) and compiles it with the tensor stage's
+#: sink-collapse-reshapes, which keeps its input preparation one kernel
+STEM_S2D = "stem-s2d"
+SINK_TENSOR_PIPELINE = "lower-graph-to-tensor,sink-collapse-reshapes,fuse-tensor-elementwise"
+
+
+class _tensor_pipeline:
+    """Compiles inside use ``text`` as the tensor stage's pipeline (None: unchanged)."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __enter__(self):
+        from ptxc import compiler
+        self.saved = compiler.STAGE_PIPELINES["tensor"]
+        if self.text:
+            compiler.STAGE_PIPELINES["tensor"] = self.text
+
+    def __exit__(self, *exc):
+        from ptxc import compiler
+        compiler.STAGE_PIPELINES["tensor"] = self.saved
+
+
 def gpu_main(args) -> int:
     """ResNet-50 int8 vs fp16 throughput on the cuda target (module docstring)."""
     import tempfile
@@ -132,6 +156,11 @@ def gpu_main(args) -> int:
         "bench_gpu", os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu.py"))
     bench_gpu = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench_gpu)
+    spec = importlib.util.spec_from_file_location(
+        "stem_space_to_depth",
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "stem_space_to_depth.py"))
+    stem_s2d = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stem_s2d)
     build_model, export_onnx = bench_gpu.build_model, bench_gpu.export_onnx
     median_latency = bench_gpu.median_latency
 
@@ -167,15 +196,25 @@ def gpu_main(args) -> int:
         row = result["rows"].setdefault(key, {"epilogue": epilogue, "variant": variant})
         try:
             kw = {"layout": args.layout, "precision": precision}
+            words = variant.split()
+            stem = STEM_S2D in words      # the model's stem rewritten (see STEM_S2D)
+            map_opts = " ".join(w for w in words if w != STEM_S2D)
+            model_proto = proto
+            if stem:
+                if "s2d" not in tables:
+                    tables["s2d"] = stem_s2d.rewrite(proto, "shifted")
+                model_proto = tables["s2d"]
             if precision == "int8":
                 t0 = time.perf_counter()
-                if "int8" not in tables:
-                    tables["int8"] = calibrate(proto, [{"x": xn}], args.method, progress=True)
-                kw["calibration"] = tables["int8"]
+                cal = "int8/s2d" if stem else "int8"
+                if cal not in tables:
+                    tables[cal] = calibrate(model_proto, [{"x": xn}], args.method, progress=True)
+                kw["calibration"] = tables[cal]
                 row["calibration_s"] = round(time.perf_counter() - t0, 1)
             t0 = time.perf_counter()
-            with bench_gpu.map_options(f"mma-epilogue={epilogue} {variant}".strip()):
-                engine = ptxc.compile(proto, target="cuda", **kw)
+            with bench_gpu.map_options(f"mma-epilogue={epilogue} {map_opts}".strip()), \
+                    _tensor_pipeline(SINK_TENSOR_PIPELINE if stem else None):
+                engine = ptxc.compile(model_proto, target="cuda", **kw)
             row["compile_s"] = round(time.perf_counter() - t0, 1)
             row.update(_kernels(engine))
             if precision == "int8":
@@ -291,7 +330,8 @@ def main(argv=None):
     ap.add_argument("--profile", action="store_true",
                     help="with --gpu: each kernel's device time (ptxc.tools.profile) per precision")
     ap.add_argument("--variant", action="append",
-                    help="with --gpu: extra map-to-gpu options, e.g. 'mma-min-blocks=2'; "
+                    help="with --gpu: extra map-to-gpu options, e.g. 'mma-min-blocks=2', and "
+                         f"'{STEM_S2D}' (the stem as a space-to-depth, STEM_S2D); "
                          "repeat to compare several in one run (each precision runs each, "
                          "unless --variant-precisions says which)")
     ap.add_argument("--variant-precisions",

@@ -17,8 +17,11 @@ no GPU needed). Two exact forms (``W`` the 7x7 filter, ``x`` the image):
   moved into an 8x8 filter whose first row and column are zero (input row ``2 oh - 4 + k'``
   for ``k' = k + 1``, so a block row is ``oh - 2 + k' // 2``): no pad before the
   space-to-depth, which is then a reshape and a transpose of the input. It compiles to 2
-  preparation kernels and the border fill; one would need cancel-transposes to compose a
-  transpose through the reshape that merges the block dims. Not timed.
+  preparation kernels and the border fill (the transpose stored by a kernel of its own, as a
+  reshape merging the block dims stands before the cast); with the tensor stage's
+  ``sink-collapse-reshapes`` (ptxc/lower/sink_reshapes.py, not a default yet) to one and the
+  fill, as the 7x7 stem has (tests/test_sink_reshapes.py). Time it with ``bench/
+  resnet50_int8.py --gpu --variant stem-s2d``: not timed yet.
 """
 
 from __future__ import annotations

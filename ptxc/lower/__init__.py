@@ -7,4 +7,4 @@ builtin passes): ``lower-graph-to-tensor`` (graph_to_tensor/), ``generalize-name
 ``map-to-gpu`` (gpu_map/).
 """
 
-from . import graph_to_tensor, tensor_passes, tensor_to_loop, gpu_map  # noqa: F401
+from . import graph_to_tensor, tensor_passes, sink_reshapes, tensor_to_loop, gpu_map  # noqa: F401
