@@ -45,7 +45,7 @@ from ..ir.spec import make_op
 from ..rewrite.pass_ import Pass, register_pass
 from ..rewrite.passes.dce import erase_dead_ops
 from ..rewrite.provenance import FUSED
-from .tensor_passes import _index_expr
+from .tensor_passes import index_expr
 
 
 def collapse_groups(src, dst) -> list[list[int]] | None:
@@ -171,7 +171,7 @@ def sink(c, k: int, r, groups, dims):
         if op.name == "tensor.index":
             d = op.attr("dim")
             if d in split:
-                mapping[op.results[0]] = _index_expr(b, exprs[d], cache)
+                mapping[op.results[0]] = index_expr(b, exprs[d], cache)
                 continue
             new = op.clone(mapping)
             new.attributes["dim"] = new_index[d][0]

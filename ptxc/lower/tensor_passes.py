@@ -152,8 +152,9 @@ def reads_each_once(m, bounds) -> bool:
     return len(seen) == len(set(seen)) and set(seen) == {i for i, b in enumerate(bounds) if b > 1}
 
 
-def _index_expr(b: Builder, row, cache: dict):
-    """An ``index`` value computing the affine ``row`` from the current loop dims."""
+def index_expr(b: Builder, row, cache: dict):
+    """An ``index`` value computing the affine ``row`` from the current loop dims (``cache``: the
+    ``tensor.index`` of each dim made so far); fuse and sink-collapse-reshapes use it."""
     def index(i):
         if i not in cache:
             cache[i] = b.create("tensor.index", [], {"dim": i}).result
@@ -211,7 +212,7 @@ def fuse(p: Operation, c: Operation, k: int) -> Operation:
             produced = mapping.get(op.operands[0], op.operands[0])
             break
         if op.name == "tensor.index":
-            mapping[op.results[0]] = _index_expr(b, exprs[op.attr("dim")], cache)
+            mapping[op.results[0]] = index_expr(b, exprs[op.attr("dim")], cache)
             continue
         b.insert(op.clone(mapping))
     # c's body, its ins #k replaced by what p's body yields
