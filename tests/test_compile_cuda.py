@@ -150,6 +150,8 @@ def test_arch_compatibility():
     assert not arch_compatible("sm_100", "sm_90")  # not backward
     assert arch_compatible("sm_90a", "sm_90") and not arch_compatible("sm_90a", "sm_100")
     assert not arch_compatible("sm_80", "sm_90", exact=True)
+    assert arch_compatible("sm_90a", "sm_90", exact=True)   # the device's own arch
+    assert not arch_compatible("sm_80a", "sm_90", exact=True)
 
 
 # ---- plans ---------------------------------------------------------------------------------------

@@ -469,6 +469,11 @@ def test_cuda_plan_arch_is_checked_against_the_device(cuda_good, monkeypatch):
     refused(cuda_good, "target", "sm_90", "sm_100")  # exact: tiles were chosen for sm_90
     monkeypatch.setattr(planmod, "device_arch", lambda: "sm_90")
     assert engine_from_plan(cuda_good).arch == "sm_90"
+    # a plan with a wgmma kernel is built for sm_90a: the sm_90 device's own arch
+    assert engine_from_plan(edited(cuda_good, lambda h: h.update(arch="sm_90a"))).arch == \
+        "sm_90a"
+    refused(edited(cuda_good, lambda h: h.update(arch="sm_80a")), "target", "sm_80a", "sm_90")
+    refused(edited(cuda_good, lambda h: h.update(arch="gfx90a")), "header", "gfx90a")
     monkeypatch.setattr(planmod, "device_arch", lambda: None)
     assert engine_from_plan(cuda_good).arch == "sm_90"  # no GPU: loads; its run says so
     # the cuda plan does not depend on the LLVM that built it

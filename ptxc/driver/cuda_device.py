@@ -31,11 +31,13 @@ def _align(n: int) -> int:
 def arch_compatible(ptx_arch: str, device_arch: str, exact: bool = False) -> bool:
     """Whether PTX built for ``ptx_arch`` loads on a device of ``device_arch``: PTX is forward
     compatible (the driver JIT-compiles sm_80 PTX for an sm_90 device), not backward; an
-    arch-specific target (``sm_90a``) runs on that arch only. ``exact`` asks for the same arch."""
-    if exact:
-        return ptx_arch == device_arch
+    arch-specific target (``sm_90a``) runs on that arch only. ``exact`` asks for the device's
+    own arch: the same number (a device reports ``sm_90``; a plan with a wgmma kernel was
+    built for ``sm_90a``, which is that device's)."""
     (want, suffix), (have, _) = arch_number(ptx_arch), arch_number(device_arch)
-    return want == have if suffix else want <= have
+    if exact or suffix:
+        return want == have
+    return want <= have
 
 
 def load_kernel(module, info):

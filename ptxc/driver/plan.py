@@ -72,6 +72,7 @@ import time
 import numpy as np
 
 from ..errors import CompileError, PlanError
+from ..ptx.target import arch_number
 from .plan_checks import (_check_code, _check_ptx, _kernel_table,  # noqa: F401  (re-exported)
                           _stored_memory_plan)
 from .plan_format import (ALIGN, BLOB_KINDS, CAUSES, DTYPES, FORMAT_NAME,  # noqa: F401
@@ -277,7 +278,15 @@ def _check_runtime(header: dict, source: str) -> None:
         arch, have = header.get("arch"), device_arch()
         if not isinstance(arch, str):
             raise _refuse("header", "a cuda plan without its arch", source)
-        if have is not None and arch != have:  # no GPU here: loads, and its run says so
+        from .cuda_device import arch_compatible
+        try:
+            arch_number(arch)
+        except CompileError:
+            raise _refuse("header", f"a cuda plan for {arch!r}, not a CUDA arch", source) \
+                from None
+        # exact: tiles were chosen for the arch (an sm_90a plan is an sm_90 device's own); no
+        # GPU here: loads, and its run says so
+        if have is not None and not arch_compatible(arch, have, exact=True):
             raise _refuse("target", f"a cuda plan for {arch}; this GPU is {have} (recompile "
                           f"with arch={have!r})", source)
         return

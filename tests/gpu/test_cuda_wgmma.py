@@ -92,3 +92,16 @@ def test_wgmma_variants(options, tile, monkeypatch):
     w = numpy_helper.to_array(model.graph.initializer[0]).astype(np.float64)
     bias = numpy_helper.to_array(model.graph.initializer[1]).astype(np.float64)
     check(engine, engine.run({"x": x})["y"], x.astype(np.float64) @ w.T + bias, tile)
+
+
+def test_a_wgmma_plan_loads_and_runs_on_its_device(tmp_path):
+    """A plan holding a wgmma kernel is built for sm_90a, the arch of the sm_90 device it runs
+    on (the device reports sm_90): it loads, without recompiling, and gives the same outputs
+    (until session 17 the plan's arch check refused it)."""
+    model = gemm_model(4096, 512, 768)
+    engine = ptxc.compile(model, target="cuda", precision="fp16", cache=False)
+    assert engine.arch == "sm_90a"
+    engine.save(tmp_path / "gemm.plan")
+    loaded = ptxc.load(tmp_path / "gemm.plan")
+    x = np.random.default_rng(7).standard_normal((4096, 512)).astype(np.float32)
+    np.testing.assert_array_equal(loaded.run({"x": x})["y"], engine.run({"x": x})["y"])
