@@ -112,6 +112,45 @@ def test_a_pad_of_the_merged_dim_keeps_the_reshape_above_it():
     assert names.index("tensor.pad") > names.index("tensor.reshape")
 
 
+def crd_model(high, low=0, n=2, c=3, hw=8):
+    """A space-to-depth whose channels are (c, by, bx) (Reshape, Transpose, Reshape), NHWC,
+    then a Pad of 1 pixel and of channels ``low`` / ``high``, then Relu."""
+    h = hw // 2
+    shapes = {"s1": [n, c, h, 2, h, 2], "s2": [n, 4 * c, h, h]}
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in shapes.items()]
+    inits.append(numpy_helper.from_array(np.array([0, 1, 1, low, 0, 1, 1, high], np.int64), "p"))
+    nodes = [helper.make_node("Reshape", ["x", "s1"], ["r1"]),
+             helper.make_node("Transpose", ["r1"], ["t1"], perm=[0, 1, 3, 5, 2, 4]),
+             helper.make_node("Reshape", ["t1", "s2"], ["r2"]),
+             helper.make_node("Transpose", ["r2"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("Pad", ["t", "p"], ["tp"]),
+             helper.make_node("Relu", ["tp"], ["y"])]
+    g = helper.make_graph(nodes, "crd", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [n, c, hw, hw])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [n, h + 2, h + 2, 4 * c + low + high])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("low,high,moves", [(0, 4, True), (4, 8, True), (0, 2, False)])
+def test_a_pad_of_whole_rows_of_the_outermost_merged_dim_moves(low, high, moves):
+    """Channels (c, by, bx) padded by whole multiples of 4 are c padded: the pad goes above the
+    reshape, onto c, and the transposes' generic writes its interior; a pad of 2 does not."""
+    model = crd_model(high, low)
+    x = np.random.default_rng(3).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=[
+        "CPUExecutionProvider"]).run(None, {"x": x})[0]
+    mod = tensor_module(model)
+    PassManager("sink-collapse-reshapes,fuse-tensor-elementwise", check_numerics=True).run(mod)
+    np.testing.assert_array_equal(interpret(mod, {"x": x})["y"], ref)
+    names = [o for o in ops(mod) if o in ("tensor.pad", "tensor.reshape")]
+    last_reshape = max(i for i, o in enumerate(names) if o == "tensor.reshape")
+    assert (names.index("tensor.pad") < last_reshape) == moves
+    if moves:
+        pad = next(op for op in mod.walk() if op.name == "tensor.pad")
+        c = pad.operands[0].type.shape.index(3)       # c, before by and bx
+        assert pad.attr("low")[c] == low // 4 and pad.attr("high")[c] == high // 4
+
+
 def test_space_to_depth_stem_prepares_its_input_in_one_kernel(monkeypatch):
     """bench/stem_space_to_depth.py's shifted stem on cuda (channels-last fp16): without the
     pass the space-to-depth's transpose is a kernel of its own and the padded input a copy;

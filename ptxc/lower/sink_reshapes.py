@@ -192,9 +192,12 @@ def sink(c, k: int, r, groups, dims):
 
 
 def sink_through_pad(pad):
-    """``pad(reshape(e))`` -> ``reshape(pad'(e))`` when the pad leaves every merged dim alone
-    (``pad'`` pads the same source dims), so that the generic computing ``e`` writes the padded
-    tensor's interior itself (lower-tensor-to-loop); None where it does not apply."""
+    """``pad(reshape(e))`` -> ``reshape(pad'(e))`` when every pad of a merged dim is whole
+    rows of its outermost source dim (a multiple of the inner dims' product; ``pad'`` pads the
+    same source dims, a merged dim's pad on its outermost), so that the generic computing ``e``
+    writes the padded tensor's interior itself (lower-tensor-to-loop); None where it does not
+    apply. The second case is the channel pad of a space-to-depth whose channels are (c, by,
+    bx): 12 -> 16 channels is c padded 3 -> 4 (bench/stem_space_to_depth.py, form ``crd``)."""
     v = pad.operands[0]
     r = v.op if isinstance(v, OpResult) else None
     if len(pad.operands) != 1 or r is None or r.name != "tensor.reshape" or len(v.uses) != 1:
@@ -206,11 +209,12 @@ def sink_through_pad(pad):
     low, high = pad.attr("low"), pad.attr("high")
     new_low, new_high = [0] * src.type.rank, [0] * src.type.rank
     for q, g in enumerate(groups):
-        if len(g) > 1:
-            if low[q] or high[q]:
-                return None
-            continue
-        new_low[g[0]], new_high[g[0]] = low[q], high[q]
+        inner = 1
+        for d in g[1:]:
+            inner *= src.type.shape[d]
+        if low[q] % inner or high[q] % inner:
+            return None
+        new_low[g[0]], new_high[g[0]] = low[q] // inner, high[q] // inner
     attrs_ = {"low": tuple(new_low), "high": tuple(new_high)}
     if "value" in pad.attributes:
         attrs_["value"] = pad.attr("value")
