@@ -334,10 +334,10 @@ class Lowerer:
         self.assign(r, here)
         value = self.pad_value(op)
         g = self.plan.pad_from.get(id(op))
-        if g is not None:   # g's nest writes the interior and the innermost dim's border
+        if g is not None:   # g's nest writes the interior and one dim's border
             self.lower_generic(g, pad=op)
             data.fill_border(self, here, op.attr("low"), s.type.shape, value, op.loc,
-                             skip=(s.type.rank - 1,))
+                             skip=(self.plan.short_pad_dim(op),))
             return
         data.fill_border(self, here, op.attr("low"), s.type.shape, value, op.loc)
         interior = here.sub(op.attr("low"), s.type.shape, (1,) * s.type.rank)
@@ -372,7 +372,7 @@ class Lowerer:
 
     def lower_generic(self, g: Operation, pad: Operation | None = None) -> None:
         """The nest of ``g``; with ``pad`` (plan.pad_into) it also writes ``pad``'s border along
-        the innermost dim (nest.PadFill)."""
+        one dim (plan.short_pad_dim; nest.PadFill)."""
         plan = self.plan
         ins, outs = generic_parts(g)
         maps = g.attr("indexing_maps")
@@ -433,17 +433,18 @@ class Lowerer:
         fill = None
         if pad is not None:
             (r,) = g.results
-            dim = plan.pad_dim(g, pad)
+            dim, p = plan.pad_dim(g, pad), plan.short_pad_dim(pad)
             low, high = pad.attr("low"), pad.attr("high")
             shape = list(r.type.shape)
             outer = plan.demand[pad.results[0]]
-            # the pad's place restricted to the interior along every dim but the last
-            place = outer.sub(list(low[:-1]) + [0], shape[:-1] + [outer.shape[-1]],
-                              (1,) * len(shape))
+            # the pad's place restricted to the interior along every dim but p
+            offsets, sizes = list(low), list(shape)
+            offsets[p], sizes[p] = 0, outer.shape[p]
+            place = outer.sub(offsets, sizes, (1,) * len(shape))
             m = [tuple(row) for row in maps[len(ins)]]
-            m[-1] = m[-1][:-1] + (m[-1][-1] + low[-1],)
+            m[p] = m[p][:-1] + (m[p][-1] + low[p],)
             targets = [[Target(place, tuple(m))]]
-            fill = PadFill(dim, shape[-1], low[-1], high[-1], self.pad_value(pad),
+            fill = PadFill(dim, shape[p], low[p], high[p], self.pad_value(pad),
                            r.type.element)
         spec = NestSpec(g, tuple(bounds), tuple(iters), main, acc_types, out_types, inits,
                         targets, epilogue, fill)

@@ -413,14 +413,32 @@ class Plan:
             if self.claim(s, here.sub(op.attr("low"), s.type.shape, (1,) * rank)):
                 self._try_pad_into(op)
 
+    @staticmethod
+    def short_pad_dim(pad: Operation) -> int | None:
+        """The dim of ``pad``'s border that a producer's nest may write (module docstring):
+        the last padded dim, when the dims inside it are at most 16 bytes (one vector run:
+        the border along it is then runs too short for a fill of their own: a channels-last
+        channel pad, or a space-to-depth's channel pad of (c, by, bx) channels, c padded
+        with 2 x 2 inside); else None."""
+        s = pad.operands[0]
+        low, high = pad.attr("low"), pad.attr("high")
+        padded = [d for d in range(s.type.rank) if low[d] or high[d]]
+        if not padded:
+            return None
+        p = padded[-1]
+        inner = 1
+        for n in s.type.shape[p + 1:]:
+            inner *= n
+        return p if inner * max(1, s.type.element.bitwidth // 8) <= 16 else None
+
     def pad_dim(self, g: Operation, pad: Operation) -> int | None:
-        """The loop dim of the generic ``g`` that walks the last dim of its result (read by
-        ``pad``) with coefficient 1 and offset 0, when ``g`` can write ``pad``'s border along
-        that dim (below); else None."""
+        """The loop dim of the generic ``g`` that walks dim :meth:`short_pad_dim` of its result
+        (read by ``pad``) with coefficient 1 and offset 0, when ``g`` can write ``pad``'s
+        border along that dim (below); else None."""
         s = pad.operands[0]
         rank = s.type.rank
-        low, high = pad.attr("low"), pad.attr("high")
-        if rank == 0 or not (low[-1] or high[-1]) or g.name != STRUCTURED or \
+        p = self.short_pad_dim(pad)
+        if rank == 0 or p is None or g.name != STRUCTURED or \
                 len(g.results) != 1 or not self.single_use(s) or not self.stored(g) or \
                 id(g) in self.fused or any(t != "parallel" for t in g.attr("iterator_types")):
             return None
@@ -429,8 +447,8 @@ class Plan:
         m = g.attr("indexing_maps")[len(ins)]
         if bijection(m, bounds, s.type.shape) is None:
             return None
-        terms = row_terms(m[-1])
-        if len(terms) != 1 or terms[0][1] != 1 or m[-1][-1] != 0:
+        terms = row_terms(m[p])
+        if len(terms) != 1 or terms[0][1] != 1 or m[p][-1] != 0:
             return None
         return terms[0][0]
 
