@@ -120,11 +120,33 @@ def throughput(engine, feeds: dict, streams: int, calls: int, batch: int) -> flo
     return streams * calls * batch / wall
 
 
-#: the --variant word that rewrites the model's stem as a space-to-depth and a 4x4 conv
-#: (bench/stem_space_to_depth.py, the shifted form) and compiles it with the tensor stage's
+#: the --variant words that rewrite the model's stem as a space-to-depth and a 4x4 conv
+#: (bench/stem_space_to_depth.py, the form named) and compile it with the tensor stage's
 #: sink-collapse-reshapes, which keeps its input preparation one kernel
-STEM_S2D = "stem-s2d"
+STEM_FORMS = {"stem-s2d": "shifted", "stem-s2d-crd": "crd"}
 SINK_TENSOR_PIPELINE = "lower-graph-to-tensor,sink-collapse-reshapes,fuse-tensor-elementwise"
+#: the --variant word prefix that sets to-channels-last's channel-multiple (cuda: 4), e.g.
+#: channels-16: the crd stem's 12 channels padded to 16 (one 16-byte int8 copy per pixel)
+CHANNELS = "channels-"
+
+
+class _channel_multiple:
+    """Compiles inside pad conv input channels to multiples of ``n`` (None: unchanged)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __enter__(self):
+        from ptxc import compiler
+        self.saved = compiler.layout_passes
+        if self.n:
+            saved, n = self.saved, self.n
+            compiler.layout_passes = lambda layout, target: saved(layout, target).replace(
+                "channel-multiple=4", f"channel-multiple={n}")
+
+    def __exit__(self, *exc):
+        from ptxc import compiler
+        compiler.layout_passes = self.saved
 
 
 class _tensor_pipeline:
@@ -197,23 +219,28 @@ def gpu_main(args) -> int:
         try:
             kw = {"layout": args.layout, "precision": precision}
             words = variant.split()
-            stem = STEM_S2D in words      # the model's stem rewritten (see STEM_S2D)
-            map_opts = " ".join(w for w in words if w != STEM_S2D)
+            # the model's stem rewritten (see STEM_FORMS), its channel multiple (CHANNELS)
+            stem = next((STEM_FORMS[w] for w in words if w in STEM_FORMS), None)
+            channels = next((int(w[len(CHANNELS):]) for w in words if w.startswith(CHANNELS)),
+                            None)
+            map_opts = " ".join(w for w in words
+                                if w not in STEM_FORMS and not w.startswith(CHANNELS))
             model_proto = proto
             if stem:
-                if "s2d" not in tables:
-                    tables["s2d"] = stem_s2d.rewrite(proto, "shifted")
-                model_proto = tables["s2d"]
+                if stem not in tables:
+                    tables[stem] = stem_s2d.rewrite(proto, stem)
+                model_proto = tables[stem]
             if precision == "int8":
                 t0 = time.perf_counter()
-                cal = "int8/s2d" if stem else "int8"
+                cal = f"int8/{stem}" if stem else "int8"
                 if cal not in tables:
                     tables[cal] = calibrate(model_proto, [{"x": xn}], args.method, progress=True)
                 kw["calibration"] = tables[cal]
                 row["calibration_s"] = round(time.perf_counter() - t0, 1)
             t0 = time.perf_counter()
             with bench_gpu.map_options(f"mma-epilogue={epilogue} {map_opts}".strip()), \
-                    _tensor_pipeline(SINK_TENSOR_PIPELINE if stem else None):
+                    _tensor_pipeline(SINK_TENSOR_PIPELINE if stem else None), \
+                    _channel_multiple(channels):
                 engine = ptxc.compile(model_proto, target="cuda", **kw)
             row["compile_s"] = round(time.perf_counter() - t0, 1)
             row.update(_kernels(engine))
@@ -331,7 +358,8 @@ def main(argv=None):
                     help="with --gpu: each kernel's device time (ptxc.tools.profile) per precision")
     ap.add_argument("--variant", action="append",
                     help="with --gpu: extra map-to-gpu options, e.g. 'mma-min-blocks=2', and "
-                         f"'{STEM_S2D}' (the stem as a space-to-depth, STEM_S2D); "
+                         f"{' or '.join(STEM_FORMS)} (the stem as a space-to-depth, "
+                         f"STEM_FORMS), {CHANNELS}N (channels padded to multiples of N); "
                          "repeat to compare several in one run (each precision runs each, "
                          "unless --variant-precisions says which)")
     ap.add_argument("--variant-precisions",

@@ -22,6 +22,11 @@ no GPU needed). Two exact forms (``W`` the 7x7 filter, ``x`` the image):
   ``sink-collapse-reshapes`` (ptxc/lower/sink_reshapes.py, not a default yet) to one and the
   fill, as the 7x7 stem has (tests/test_sink_reshapes.py). Time it with ``bench/
   resnet50_int8.py --gpu --variant stem-s2d``: not timed yet.
+* ``crd``: ``shifted`` with the space-to-depth's channels in (c, by, bx) order (a Reshape, a
+  Transpose and a Reshape: SpaceToDepth has only (by, bx, c)). Padding its 12 channels to 16
+  then pads c from 3 to 4, which sink-collapse-reshapes moves above the merging reshape so
+  that the preparation kernel writes the padded tensor's interior: 16 channels, one 16-byte
+  cp.async per pixel in int8 (``--variant "stem-s2d-crd channels-16"``).
 """
 
 from __future__ import annotations
@@ -70,10 +75,40 @@ def blocked_filter(w, shift: int):
     return out
 
 
+def crd_filter(w):
+    """``blocked_filter(w, 1)`` with its channels in (c, by, bx) order, the order of the
+    ``crd`` form's space-to-depth: channel ``4 c + 2 by + bx``."""
+    o, c = w.shape[:2]
+    return blocked_filter(w, 1).reshape(o, 4, c, 4, 4).transpose(0, 2, 1, 3, 4).reshape(
+        o, 4 * c, 4, 4)
+
+
+def _crd_space_to_depth(m, x, shape):
+    """Reshape / Transpose / Reshape nodes of a space-to-depth of ``x`` (NCHW ``shape``) with
+    channels (c, by, bx), and the name of its result."""
+    n, c, h, w = shape
+    _add_initializer(m, np.array([n, c, h // 2, 2, w // 2, 2], np.int64), "stem_s2d_split")
+    _add_initializer(m, np.array([n, 4 * c, h // 2, w // 2], np.int64), "stem_s2d_merge")
+    return [helper.make_node("Reshape", [x, "stem_s2d_split"], ["stem_s2d_blocks"]),
+            helper.make_node("Transpose", ["stem_s2d_blocks"], ["stem_s2d_crd"],
+                             perm=[0, 1, 3, 5, 2, 4]),
+            helper.make_node("Reshape", ["stem_s2d_crd", "stem_s2d_merge"], ["stem_s2d"])]
+
+
+def _input_shape(model, name):
+    for v in model.graph.input:
+        if v.name == name:
+            dims = [d.dim_value for d in v.type.tensor_type.shape.dim]
+            if len(dims) == 4 and all(dims):
+                return dims
+    raise ValueError(f"the crd form needs the stem's input {name!r} to be a graph input of "
+                     "static NCHW shape")
+
+
 def rewrite(model, form: str = "shifted"):
     """A copy of ``model`` with its stem rewritten (module docstring)."""
-    if form not in ("pad", "shifted"):
-        raise ValueError(f"form must be pad or shifted, not {form!r}")
+    if form not in ("pad", "shifted", "crd"):
+        raise ValueError(f"form must be pad, shifted or crd, not {form!r}")
     m = copy.deepcopy(model)
     i, node, w = _stem(m)
     g = m.graph
@@ -89,9 +124,14 @@ def rewrite(model, form: str = "shifted"):
             new.append(helper.make_node("Pad", [x], ["stem_s2d_padded"], pads=pads))
         x = "stem_s2d_padded"
         conv_pads, wb = [0, 0, 0, 0], blocked_filter(w, 0)
-    else:
+    elif form == "shifted":
         conv_pads, wb = [2, 2, 1, 1], blocked_filter(w, 1)
-    new.append(helper.make_node("SpaceToDepth", [x], ["stem_s2d"], blocksize=2))
+    else:
+        conv_pads, wb = [2, 2, 1, 1], crd_filter(w)
+    if form == "crd":
+        new += _crd_space_to_depth(m, x, _input_shape(m, x))
+    else:
+        new.append(helper.make_node("SpaceToDepth", [x], ["stem_s2d"], blocksize=2))
     wname = node.input[1] + "_s2d"
     _add_initializer(m, wb, wname)
     new.append(helper.make_node("Conv", ["stem_s2d", wname] + list(node.input[2:]),
@@ -105,7 +145,7 @@ def rewrite(model, form: str = "shifted"):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--form", default="shifted", choices=("pad", "shifted"))
+    ap.add_argument("--form", default="shifted", choices=("pad", "shifted", "crd"))
     args = ap.parse_args(argv)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
     import light_models as L

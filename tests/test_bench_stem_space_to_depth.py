@@ -29,7 +29,7 @@ def run(model, x):
         "CPUExecutionProvider"]).run(None, {"x": x})[0]
 
 
-@pytest.mark.parametrize("form", ["pad", "shifted"])
+@pytest.mark.parametrize("form", ["pad", "shifted", "crd"])
 @pytest.mark.parametrize("c,hw", [(3, 16), (4, 10)])
 def test_rewrite_gives_the_same_outputs(form, c, hw):
     model = stem_model(c, hw)
@@ -38,7 +38,8 @@ def test_rewrite_gives_the_same_outputs(form, c, hw):
     assert got.shape == ref.shape == (2, 5, hw // 2, hw // 2)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
     ops = [n.op_type for n in s2d.rewrite(model, form).graph.node]
-    assert ops == (["Pad"] if form == "pad" else []) + ["SpaceToDepth", "Conv"]
+    s2d_ops = ["Reshape", "Transpose", "Reshape"] if form == "crd" else ["SpaceToDepth"]
+    assert ops == (["Pad"] if form == "pad" else []) + s2d_ops + ["Conv"]
 
 
 def test_blocked_filter_places_every_tap_once():
