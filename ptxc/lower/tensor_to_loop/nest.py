@@ -69,7 +69,9 @@ block's conv, ``s`` its shortcut)::
 
 **Pads along the innermost dim** (:class:`PadFill`; plan.py decides when). A ``tensor.pad``
 whose last dim is padded, reading the result of an all-parallel generic that nothing else
-reads, is written by that generic's nest: the nest's dim that walks the last dim ranges over
+reads, is written by that generic's nest (so is one whose last padded dim has at most 16 bytes
+inside it, plan.short_pad_dim: the border along it is runs too short for a fill kernel of their
+own): the nest's dim that walks the last dim ranges over
 the padded extent ``[-low, size + high)``, and a point outside ``[0, size)`` stores the pad
 value. Where that dim is a constant (a short dim computed whole) the choice is made here and
 a pad cell computes nothing; where it is a loop variable the point is computed at the dim

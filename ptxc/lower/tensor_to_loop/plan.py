@@ -30,10 +30,12 @@ place a value's producer should write it to, so that no copy is needed later:
   too (the op then updates it in place);
 * a ``tensor.pad``'s source is demanded in the interior of the padded buffer (the border is
   filled separately), unless the source is returned or an in-place concat operand (those win).
-  Where the pad's last dim is padded and the source is the result of an all-parallel generic
-  G that only the pad reads, G's out map walking that dim with one loop dim (coefficient 1,
-  offset 0), G's nest writes the border along that dim too (``pad_into``; nest.py, "Pads along
-  the innermost dim"): the channel pad of a channels-last stem is then no kernel of its own.
+  Where the pad's last padded dim has at most 16 bytes inside it (:meth:`Plan.short_pad_dim`:
+  the last dim, or a space-to-depth's c of (c, by, bx) channels) and the source is the result
+  of an all-parallel generic G that only the pad reads, G's out map walking that dim with one
+  loop dim (coefficient 1, offset 0), G's nest writes the border along that dim too
+  (``pad_into``; nest.py, "Pads along the innermost dim"): the channel pad of a channels-last
+  stem is then no kernel of its own.
   G's nest is emitted at the pad's position (its effective position is the pad's, so its
   inputs stay live until then and nothing between the two can write where the pad lies);
 * a reshape passes its demand on to its source (as a reshaped place) when the layout allows;
