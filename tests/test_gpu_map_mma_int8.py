@@ -137,6 +137,18 @@ def test_int8_conv_nhwc_maps_to_mma_with_cp_async_copies(case):
     check_exact(run_main(m, x), ref, want)
 
 
+@pytest.mark.parametrize("case, stages", [("7x7_s2_c3_stem", 4), ("3x3_c8", 3), ("3x3_pad1", 3)])
+def test_four_byte_gathers_take_four_stages(case, stages):
+    """mma.default_stages: 4 cp.async stages where A is copied 4 bytes at a time (the int8 stem
+    on its image padded to 4 channels), else 3; the launch's tile says so."""
+    model = conv_model(**CONVS[case])
+    m = loop_module(model, layout="nhwc", target="cuda")
+    assert {mma.default_stages(c) for c in _contractions(m)} == {stages}
+    PassManager("map-to-gpu").run(m)
+    tiles = [o.attributes.get("tile") for o in launches(m) if o.attributes["schedule"] == "mma"]
+    assert tiles and all(f"stages {stages}" in t for t in tiles), tiles
+
+
 @needs_ptxas
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["edges_zx_residual", "split_k", "k40_tail_8_byte_copy",

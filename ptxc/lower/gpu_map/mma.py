@@ -101,7 +101,12 @@ the later layers within noise.
 stage count (:func:`parse_tiles`, :func:`choose`), for runs such as ``bench/resnet50_int8.py
 --variant``. Measured (ResNet-50 b32, H200, 2026-12-02): 8-warp tiles (128x128 in 2x4 warps,
 128x64 in 4x2) took int8 1.59 ms of kernels against 1.43 and fp16 1.99 against 1.83; four
-stages int8 1.48 and fp16 1.88: the defaults stay.
+stages int8 1.48 and fp16 1.88: the defaults stay. Except where the A gather copies 4 bytes at a
+time (an int8 conv on 4 channels: ResNet's stem, its 3-channel image padded to 4): a stage then
+holds a quarter of the bytes a 16-byte copy would, and :data:`SMALL_COPY_STAGES` (4) keep more
+of them in flight (:func:`default_stages`). Measured on the H200 (session 17,
+bench/kernel_variants.py, each kernel alone, median of 7): the int8 stem 75.1 -> 67.9 us with
+four stages; fp16's stem (8-byte copies) 79.3 -> 78.2, within noise, so it keeps three.
 
 **wgmma** (wgmma.py): on sm_90, a large fp16 GEMM whose operands are both K-major takes
 Hopper's warpgroup instruction instead (``schedule`` dispatches to it first; map-to-gpu's
@@ -146,6 +151,8 @@ PAD_SLACK = 1.1
 #: (BM, BN, WARPS_M, WARPS_N), largest first
 TILES = ((128, 128, 2, 2), (128, 64, 2, 2), (64, 128, 2, 2), (64, 64, 2, 2), (32, 64, 1, 2))
 STAGES = 3
+#: cp.async stages where the A operand's copies are 4 bytes (:func:`default_stages`)
+SMALL_COPY_STAGES = 4
 #: kind -> (mma shape, mma k, BK, elements per 16 bytes)
 KIND = {"f16": ("m16n8k16", 16, 32, 8), "tf32": ("m16n8k8", 8, 16, 4),
         "s8": ("m16n8k32", 32, 64, 16)}
@@ -264,6 +271,14 @@ def candidates(c: Contraction) -> list[Config]:
                               (1, 2, 4), (1, 2, 4), (2, 3, 4, 5))
     return [cfg for bk, bm, bn, wm, wn, st in space
             if valid(c, cfg := Config(bm, bn, wm, wn, bk, st))]
+
+
+def default_stages(c: Contraction) -> int:
+    """cp.async stages where map-to-gpu's ``mma-stages`` does not say: :data:`SMALL_COPY_STAGES`
+    where the A operand is copied 4 bytes at a time (module docstring, "Tuning options"), else
+    :data:`STAGES`."""
+    a = layout(c, c.a)
+    return SMALL_COPY_STAGES if a.vector and a.chunk == 4 else STAGES
 
 
 def padded_work(c: Contraction, cfg: Config) -> int:
@@ -866,7 +881,7 @@ def schedule(op: Operation, options=None) -> Operation | None:
     if wcfg is not None:
         return wgmma.build(c, wcfg, early)
     cfg = choose(c, parse_tiles(getattr(options, "mma_tiles", ())),
-                 getattr(options, "mma_stages", 0) or STAGES,
+                 getattr(options, "mma_stages", 0) or default_stages(c),
                  getattr(options, "mma_deep_k", 0) or DEEP_K)
     if cfg is None:
         return None
