@@ -176,6 +176,28 @@ def test_short_innermost_dim_of_elementwise_nest_is_computed_whole():
     assert len(nest.regions[0].blocks[0].args) == 2
 
 
+@pytest.mark.parametrize("shape, per_point", [((3, 2, 2), 4),      # 2 x 2 f32: one 16-byte run
+                                              ((3, 2, 2, 1), 4),   # a unit dim inside it
+                                              ((3, 2, 3), 1)])     # 24 bytes: none
+def test_short_innermost_dims_together_are_computed_whole(shape, per_point):
+    """Several innermost store dims that make one dense 16-byte run together (a space-to-depth's
+    (by, bx) block, its c as well in int8) are computed whole per point, though the innermost
+    alone (8 bytes of f32 here) would not be a run of its own."""
+    rank = len(shape)
+
+    def build(b, a):
+        return generic(b, [a[0]], [empty(b, shape)], shape, [identity_map(rank)] * 2,
+                       ["parallel"] * rank,
+                       lambda bb, s: [bb.create("math.abs", [s[0]]).result]).result
+    m, _ = three_ways({"x": f32(*shape)}, build)
+    (nest,) = _top_nests(m)
+    points = int(np.prod([n for n in shape if n > 1]))
+    assert sum(o.name == "loop.store" for o in nest.walk()) == per_point
+    loops = len(nest.regions[0].blocks[0].args)
+    assert loops == (1 if per_point > 1 else len([n for n in shape if n > 1]))
+    assert points % per_point == 0
+
+
 def test_pad_not_folded_when_its_source_has_other_readers():
     """The source also returned: it lives in its output, the pad copies it (as before)."""
     el = F32
@@ -192,8 +214,10 @@ def test_pad_not_folded_when_its_source_has_other_readers():
 
 # ---- the stem, compiled ------------------------------------------------------------------------
 
-def stem(n=2, c=3, h=12, w=12, k=8):
-    """A 7x7 stride-2 conv (pads 3) + relu on an NCHW image of ``c`` channels."""
+def stem(n=2, c=3, h=13, w=13, k=8):
+    """A 7x7 stride-2 conv (pads 3) + relu on an NCHW image of ``c`` channels. An odd size (13,
+    the default) keeps the 7x7 conv on cuda; an even one is rewritten by space-to-depth-stem
+    (the tests at the end of this file)."""
     rng = np.random.default_rng(0)
     W = (rng.standard_normal((k, c, 7, 7)) * 0.1).astype(np.float32)
     B = (rng.standard_normal(k) * 0.1).astype(np.float32)
@@ -208,23 +232,24 @@ def stem(n=2, c=3, h=12, w=12, k=8):
         helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]))
 
 
-X = np.random.default_rng(1).standard_normal((2, 3, 12, 12)).astype(np.float32)
+X = np.random.default_rng(1).standard_normal((2, 3, 13, 13)).astype(np.float32)
+X12 = np.random.default_rng(1).standard_normal((2, 3, 12, 12)).astype(np.float32)
 
 
-def _graph_module(prec, model=None):
+def _graph_module(prec, model=None, x=X):
     model = model or stem()
     if prec == "int8":
         from ptxc.calib import calibrate
-        table = calibrate(model, [{"x": X}], "minmax", progress=False)
+        table = calibrate(model, [{"x": x}], "minmax", progress=False)
         mod, _ = compiler._quantize_int8(compiler.as_module(model), table, None, None, None,
                                          None)
         return mod, "fp32"
     return compiler.as_module(model), prec
 
 
-def _loop(prec, mapped=True, model=None):
-    mod, p = _graph_module(prec, model)
-    want = ptxc.interpret(mod.clone(), {"x": X})["y"]
+def _loop(prec, mapped=True, model=None, x=X):
+    mod, p = _graph_module(prec, model, x)
+    want = ptxc.interpret(mod.clone(), {"x": x})["y"]
     compiler.run_stages(mod, "tensor", target="cuda", layout="nhwc", precision=p, arch="sm_90")
     from ptxc.rewrite import PassManager
     PassManager("lower-tensor-to-loop" + (",map-to-gpu{arch=sm_90}" if mapped else "")
@@ -247,7 +272,7 @@ def test_stem_input_prep_is_one_kernel_plus_border(prec):
     assert first_mma == 2, [o.attr("schedule") for o in launches]
     prep = launches[0]
     grid, block = prep.attr("grid"), prep.attr("block")
-    assert grid[0] * block[0] >= 2 * 12 * 12 and grid[0] * block[0] < 2 * 12 * 12 + block[0]
+    assert grid[0] * block[0] >= 2 * 13 * 13 and grid[0] * block[0] < 2 * 13 * 13 + block[0]
     stores = [o for o in prep.walk() if o.name == "loop.store"]
     assert len(stores) == 4
     got = ptxc.interpret(m, {"x": X})["y"]

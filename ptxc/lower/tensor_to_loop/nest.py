@@ -98,7 +98,10 @@ where their dims are known and cached per level.
 
 from __future__ import annotations
 
+import itertools
+
 import attrs
+import numpy as np
 
 from ...dialects.graph.scalar_forms import constant_attr
 from ...dialects.loop import for_loop, parallel_loop
@@ -307,29 +310,55 @@ def jam_pays(spec: NestSpec, ranges, inner: int, u: int, min_points: int) -> boo
 RUN_BYTES = (16, 8, 4)
 
 
-def whole_run(ranges, inner, targets) -> bool:
-    """Whether the all-parallel nest's innermost dim ``inner`` is short enough to be computed
-    whole by each point: every target stores it along its place's contiguous last dim as one
-    naturally aligned run of 4, 8 or 16 bytes (so the run's adjacent stores merge into one
-    vector store)."""
-    lo, hi = ranges[inner]
-    e = hi - lo
-    if e <= 1:
-        return False
+def whole_run(ranges, inner, targets) -> tuple | None:
+    """The dims each point of the all-parallel nest computes whole, outermost first: the loop
+    dims walking the last ``k`` dims of every target (``inner``, the store's innermost, the
+    last of them), as many as still make one dense, naturally aligned run of 4, 8 or 16 bytes
+    in every target's place (so the run's adjacent stores merge into one vector store); None
+    where not even ``inner`` alone does. ``k`` > 1: a space-to-depth's (c, by, bx) channels,
+    16 int8 bytes in one store."""
+    best = None
+    for k in range(1, min(len(t.map) for ts in targets for t in ts) + 1):
+        dims = _run_dims(ranges, inner, targets, k)   # (a run too short at k may not be
+        if dims is not None:                          # at k + 1: int8's (by, bx), 2 bytes)
+            best = dims
+    return best
+
+
+def _run_dims(ranges, inner, targets, k: int) -> tuple | None:
+    """:func:`whole_run`'s dims for the last ``k`` store dims, or None."""
+    t0 = targets[0][0]
+    dims = []
+    for row in t0.map[-k:]:
+        terms = row_terms(row)
+        if len(terms) != 1 or terms[0][1] != 1:
+            return None
+        dims.append(terms[0][0])
+    ext = [ranges[d][1] - ranges[d][0] for d in dims]
+    e = int(np.prod(ext))
+    if e <= 1 or len(set(dims)) != k or [d for d, n in zip(dims, ext) if n > 1][-1] != inner:
+        return None
     for ts in targets:
         for t in ts:
             layout = t.place.layout
-            if not t.map or layout.strides[-1] != 1:
-                return False
-            terms = row_terms(t.map[-1])
-            if terms != [(inner, 1)] or any(inner in dict(row_terms(r)) for r in t.map[:-1]):
-                return False
+            if not t.map or len(t.map) < k:
+                return None
+            if [row_terms(r) for r in t.map[-k:]] != [[(d, 1)] for d in dims] or \
+                    any(d in dict(row_terms(r)) for r in t.map[:-k] for d in dims):
+                return None
+            stride = 1          # dense: each run dim's stride is the product inside it
+            for j in range(1, k + 1):
+                if layout.strides[-j] != stride:
+                    return None
+                stride *= ext[-j]
             if e * max(1, layout.element.bitwidth // 8) not in RUN_BYTES:
-                return False
-            start = layout.offset + int(t.map[-1][-1]) + lo
-            if start % e or any(s % e for s in layout.strides[:-1]):
-                return False
-    return True
+                return None
+            start = layout.offset + sum(
+                (int(r[-1]) + ranges[d][0]) * st
+                for r, d, st in zip(t.map[-k:], dims, layout.strides[-k:]))
+            if start % e or any(st % e for st in layout.strides[:-k]):
+                return None
+    return tuple(dims)
 
 
 class NestEmitter:
@@ -404,8 +433,9 @@ class NestEmitter:
         order = parallel_order(spec.bounds, spec.iters, ranges, targets[0][0].map)
         has_red = any(t == "reduction" and ranges[d][1] - ranges[d][0] > 1
                       for d, t in enumerate(spec.iters))
-        if order and not has_red and whole_run(ranges, order[-1], targets):
-            self._nest(spec, ranges, targets, None, whole=order[-1])
+        whole = whole_run(ranges, order[-1], targets) if order and not has_red else None
+        if whole:
+            self._nest(spec, ranges, targets, None, whole=whole)
             return
         if order and has_red:
             inner = order[-1]
@@ -427,9 +457,9 @@ class NestEmitter:
         """One nest over ``ranges``; ``unroll = (dim, u)``: that dim steps by ``u`` and each
         iteration computes ``u`` points, with ``u`` accumulators carried side by side (an
         unroll-and-jam: loads that do not depend on the dim are shared, and the ``u``
-        independent chains are what the SLP vectorizer packs). ``whole``: a dim that is no
-        loop of the nest: each iteration computes every point of it, the dim a constant in
-        each (an all-parallel nest's short innermost dim, :func:`whole_run`)."""
+        independent chains are what the SLP vectorizer packs). ``whole``: dims that are no
+        loops of the nest: each iteration computes every point of them, each dim a constant in
+        each (an all-parallel nest's short innermost dims, :func:`whole_run`)."""
         n = len(spec.bounds)
         dims: dict = {}
         for d in range(n):
@@ -440,8 +470,10 @@ class NestEmitter:
         else:
             # the next store dim inward becomes the nest's innermost (coalesced on a GPU)
             rest = [list(r) for r in ranges]
-            rest[whole] = [ranges[whole][0], ranges[whole][0] + 1]
-            order = parallel_order(spec.bounds, spec.iters, rest, targets[0][0].map[:-1])
+            for d in whole:
+                rest[d] = [ranges[d][0], ranges[d][0] + 1]
+            order = parallel_order(spec.bounds, spec.iters, rest,
+                                   targets[0][0].map[:-len(whole)])
         red = [d for d in range(n) if spec.iters[d] == "reduction" and d not in dims]
         steps = [unroll[1] if unroll and d == unroll[0] else 1 for d in order]
         lw = self.lw
@@ -460,8 +492,8 @@ class NestEmitter:
                     v[d] = pb.create("arith.add", [dims[d], const(scope, j, INDEX)]).result
                     variants.append(v)
             if whole is not None:
-                lo, hi = ranges[whole]
-                variants = [{**dims, whole: i} for i in range(lo, hi)]
+                variants = [{**dims, **dict(zip(whole, point))} for point in
+                            itertools.product(*(range(*ranges[d]) for d in whole))]
             # per point: the dims its value is computed at, and how its stored value is chosen
             computed, picks = [], []
             for v in variants:
