@@ -128,21 +128,31 @@ SINK_TENSOR_PIPELINE = "lower-graph-to-tensor,sink-collapse-reshapes,fuse-tensor
 #: the --variant word prefix that sets to-channels-last's channel-multiple (cuda: 4), e.g.
 #: channels-16: the crd stem's 12 channels padded to 16 (one 16-byte int8 copy per pixel)
 CHANNELS = "channels-"
+#: the --variant word that compiles without the cuda graph pass space-to-depth-stem (the 7x7
+#: stem conv, as before session 17)
+STEM_7X7 = "stem-7x7"
 
 
-class _channel_multiple:
-    """Compiles inside pad conv input channels to multiples of ``n`` (None: unchanged)."""
+class _layout_passes:
+    """Compiles inside run the cuda layout passes edited: ``channels`` (None: unchanged) the
+    channel multiple, ``no_s2d`` without space-to-depth-stem."""
 
-    def __init__(self, n):
-        self.n = n
+    def __init__(self, channels, no_s2d: bool):
+        self.channels, self.no_s2d = channels, no_s2d
 
     def __enter__(self):
         from ptxc import compiler
-        self.saved = compiler.layout_passes
-        if self.n:
-            saved, n = self.saved, self.n
-            compiler.layout_passes = lambda layout, target: saved(layout, target).replace(
-                "channel-multiple=4", f"channel-multiple={n}")
+        self.saved = saved = compiler.layout_passes
+        channels, no_s2d = self.channels, self.no_s2d
+
+        def edited(layout, target):
+            text = saved(layout, target)
+            if channels:
+                text = text.replace("channel-multiple=4", f"channel-multiple={channels}")
+            if no_s2d:
+                text = text.replace("space-to-depth-stem,", "")
+            return text
+        compiler.layout_passes = edited
 
     def __exit__(self, *exc):
         from ptxc import compiler
@@ -223,8 +233,8 @@ def gpu_main(args) -> int:
             stem = next((STEM_FORMS[w] for w in words if w in STEM_FORMS), None)
             channels = next((int(w[len(CHANNELS):]) for w in words if w.startswith(CHANNELS)),
                             None)
-            map_opts = " ".join(w for w in words
-                                if w not in STEM_FORMS and not w.startswith(CHANNELS))
+            map_opts = " ".join(w for w in words if w not in STEM_FORMS and w != STEM_7X7
+                                and not w.startswith(CHANNELS))
             model_proto = proto
             if stem:
                 if stem not in tables:
@@ -240,7 +250,7 @@ def gpu_main(args) -> int:
             t0 = time.perf_counter()
             with bench_gpu.map_options(f"mma-epilogue={epilogue} {map_opts}".strip()), \
                     _tensor_pipeline(SINK_TENSOR_PIPELINE if stem else None), \
-                    _channel_multiple(channels):
+                    _layout_passes(channels, STEM_7X7 in words):
                 engine = ptxc.compile(model_proto, target="cuda", **kw)
             row["compile_s"] = round(time.perf_counter() - t0, 1)
             row.update(_kernels(engine))
@@ -359,7 +369,8 @@ def main(argv=None):
     ap.add_argument("--variant", action="append",
                     help="with --gpu: extra map-to-gpu options, e.g. 'mma-min-blocks=2', and "
                          f"{' or '.join(STEM_FORMS)} (the stem as a space-to-depth, "
-                         f"STEM_FORMS), {CHANNELS}N (channels padded to multiples of N); "
+                         f"STEM_FORMS), {CHANNELS}N (channels padded to multiples of N), "
+                         f"{STEM_7X7} (without the space-to-depth-stem pass); "
                          "repeat to compare several in one run (each precision runs each, "
                          "unless --variant-precisions says which)")
     ap.add_argument("--variant-precisions",

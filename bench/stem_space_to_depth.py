@@ -1,7 +1,9 @@
-"""An experiment, not a pass: rewrite a network's stem convolution (7x7, stride 2, on a few
-channels: ResNet's) as a space-to-depth of its input and a 4x4 stride-1 convolution on 4x the
-channels, so that an implicit-GEMM gather reads 16 contiguous bytes per int8 copy (a 2x2 block
-of 4-channel pixels) where it reads 4 (one pixel) today.
+"""The experiment that led to the cuda graph pass ``space-to-depth-stem`` (ptxc/rewrite/passes/
+space_to_depth.py, the ``crd`` form below, session 17): rewrite a network's stem convolution
+(7x7, stride 2, on a few channels: ResNet's) as a space-to-depth of its input and a 4x4
+stride-1 convolution on 4x the channels, so that an implicit-GEMM gather reads 16 contiguous
+bytes per int8 copy where the 7x7 conv reads 4 (one pixel). The rewrites here are ONNX
+rewrites, for timing forms the pass does not make.
 
     PYTHONPATH=. python3 bench/stem_space_to_depth.py [--form pad|shifted]
 
@@ -19,7 +21,7 @@ no GPU needed). Two exact forms (``W`` the 7x7 filter, ``x`` the image):
   space-to-depth, which is then a reshape and a transpose of the input. It compiles to 2
   preparation kernels and the border fill (the transpose stored by a kernel of its own, as a
   reshape merging the block dims stands before the cast); with the tensor stage's
-  ``sink-collapse-reshapes`` (ptxc/lower/sink_reshapes.py, not a default yet) to one and the
+  ``sink-collapse-reshapes`` (ptxc/lower/sink_reshapes.py, cuda's default since) to one and the
   fill, as the 7x7 stem has (tests/test_sink_reshapes.py). Time it with ``bench/
   resnet50_int8.py --gpu --variant stem-s2d``: not timed yet.
 * ``crd``: ``shifted`` with the space-to-depth's channels in (c, by, bx) order (a Reshape, a

@@ -52,7 +52,8 @@ CUDA_JAM_MIN_POINTS = 132 * 2048
 #: where a target's pipeline differs from STAGE_PIPELINES
 TARGET_STAGE_PIPELINES = {
     "cpu": {},
-    "cuda": {"loop": f"lower-tensor-to-loop{{jam-min-points={CUDA_JAM_MIN_POINTS}}},map-to-gpu"},
+    "cuda": {"tensor": "lower-graph-to-tensor,sink-collapse-reshapes,fuse-tensor-elementwise",
+             "loop": f"lower-tensor-to-loop{{jam-min-points={CUDA_JAM_MIN_POINTS}}},map-to-gpu"},
 }
 
 TARGETS = ("cpu", "cuda")
@@ -94,14 +95,18 @@ def resolve_layout(layout: str, module: Operation, target: str,
 
 
 def layout_passes(layout: str, target: str) -> str:
-    """The passes appended to the graph stage for a resolved ``layout`` ('' for nchw): on cuda
-    input channels are padded to multiples of 4 (a pixel's channels whole cp.async chunks: 8
-    bytes of f16, 4 of int8; a 3-channel image pads to 4, not 8 or 16: half the stem
-    convolution's padded work)."""
+    """The passes appended to the graph stage for a resolved ``layout`` ('' for nchw). On cuda
+    a stride-2 stem on a few channels becomes a space-to-depth and a stride-1 conv on 4x the
+    channels (space-to-depth-stem), and input channels are padded to multiples of 4 (a pixel's
+    channels whole cp.async chunks: 8 bytes of f16, 4 of int8; a 3-channel image pads to 4,
+    not 8 or 16: half the stem convolution's padded work), an int8 conv's to 16 where that
+    adds at most a third (the space-to-depth stem's 12: 16-byte copies)."""
     if layout != "nhwc":
         return ""
-    pad = "{channel-multiple=4}" if target == "cuda" else ""
-    return f"to-channels-last{pad},cancel-transposes,eliminate-concat,dce"
+    if target != "cuda":
+        return "to-channels-last,cancel-transposes,eliminate-concat,dce"
+    return ("space-to-depth-stem,to-channels-last{channel-multiple=4 int8-channel-multiple=16},"
+            "cancel-transposes,eliminate-concat,dce")
 
 
 def resolve_target(target: str) -> str:

@@ -15,10 +15,11 @@ the new reshape's consumer.
 
 Taken only where that pays: C all-parallel with one result, whose out map is a permutation and
 whose init is a ``tensor.empty``; the reshape read by C alone; its source the result of a
-``tensor.generic`` read by the reshape alone (so P fuses next). Not in the default pipelines
-yet: compile with ``"lower-graph-to-tensor,sink-collapse-reshapes,fuse-tensor-elementwise"``
-as the tensor stage to use it (bench/stem_space_to_depth.py's experiment). Example (a
-space-to-depth of a 1x3x4x4 image into 1x12x2x2, then a cast)::
+``tensor.generic`` read by the reshape alone (so P fuses next). In the cuda tensor pipeline
+(``lower-graph-to-tensor,sink-collapse-reshapes,fuse-tensor-elementwise``), where
+space-to-depth-stem makes such reshapes (rewrite/passes/space_to_depth.py); the cpu pipeline
+does not run it yet (not timed there). Example (a space-to-depth of a 1x3x4x4 image into
+1x12x2x2, then a cast)::
 
     Before:
       %r = tensor.reshape(%x) : 1x3x4x4 -> 1x3x2x2x2x2                          (a view)
@@ -265,8 +266,8 @@ def sink_collapse_reshapes(module) -> bool:
 class SinkCollapseReshapes(Pass):
     """Move a ``tensor.reshape`` that merges dims below the all-parallel generic reading it, the
     generic iterating the unmerged dims, so that the reshape's producing generic can fuse into
-    it (ptxc/lower/sink_reshapes.py, with a space-to-depth example). Not in the default
-    pipelines yet.
+    it (ptxc/lower/sink_reshapes.py, with a space-to-depth example). In the cuda tensor
+    pipeline.
 
     Before:
         "builtin.module"() ({
