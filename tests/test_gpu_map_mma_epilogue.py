@@ -40,9 +40,13 @@ def both(make_loop, x, cfg=None):
             assert mma.build_all(m, mma.Config(**{**cfg, "epilogue": epi})) >= 1
         PassManager(f"map-to-gpu{{mma-epilogue={epi}}}").run(m)
         tiles = mma_tiles(m)
-        assert tiles and all(t.endswith("epilogue staged") == (epi == "staged") for t in tiles)
+        assert tiles and all(t.endswith(f"epilogue {epi}") == (epi != "fragment")
+                             for t in tiles)
         outs.append(run_main(m, x))
         mods.append(m)
+    for epi, out in zip(mma_epilogue.EPILOGUES[2:], outs[2:]):   # staged-wide: the same bits
+        for k in out:
+            np.testing.assert_array_equal(out[k], outs[1][k], err_msg=f"{k}: {epi} vs staged")
     return want, outs[0], outs[1], mods[1]
 
 
@@ -257,42 +261,44 @@ def test_staged_int8_requantization_is_bit_exact(case):
 
 @needs_ptxas
 @pytest.mark.slow
+@pytest.mark.parametrize("epi", ["staged", "staged-wide"])
 @pytest.mark.parametrize("case", ["edges_130x96x72", "wn48_edges", "split_k"])
-def test_staged_kernels_assemble_without_spills(case):
+def test_staged_kernels_assemble_without_spills(case, epi):
     kw, cfg = MATMULS[case]
     m = contraction_ir.loop_module(contraction_ir.matmul_model(**kw))
     if cfg is not None:
-        mma.build_all(m, mma.Config(**cfg, epilogue="staged"))
-    PassManager(STAGED).run(m)
+        mma.build_all(m, mma.Config(**cfg, epilogue=epi))
+    PassManager(f"map-to-gpu{{mma-epilogue={epi}}}").run(m)
     rep = assemble(lower_to_ptx(m, arch="sm_90").ptx, "sm_90")
     for k in rep.kernels.values():
         assert k.spill_stores == 0 and k.spill_loads == 0 and k.stack_bytes == 0, k
 
 
-def _gpu_case(case):
+def _gpu_case(case, epi="staged"):
     if case in MATMULS:
         kw, cfg = MATMULS[case]
         model = contraction_ir.matmul_model(**kw)
         m = contraction_ir.loop_module(model)
         x = contraction_ir.inputs_for(model)
         if cfg is not None:
-            mma.build_all(m, mma.Config(**cfg, epilogue="staged"))
+            mma.build_all(m, mma.Config(**cfg, epilogue=epi))
     else:
         model = INT8[case]()
         nhwc = "nhwc" in case
         m = int8_ir.loop_module(model, layout="nhwc" if nhwc else "nchw",
                                 target="cuda" if nhwc else "cpu")
         x = int8_ir.inputs_for(model)
-    PassManager(STAGED).run(m)
+    PassManager(f"map-to-gpu{{mma-epilogue={epi}}}").run(m)
     return m, x
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("epi", ["staged", "staged-wide"])
 @pytest.mark.parametrize("case", sorted(MATMULS) + sorted(INT8))
-def test_staged_epilogue_on_gpu_gives_the_interpreters_answer(case):
+def test_staged_epilogue_on_gpu_gives_the_interpreters_answer(case, epi):
     from test_ptx import run_on_gpu
-    m, x = _gpu_case(case)
-    assert all(t.endswith("epilogue staged") for t in mma_tiles(m))
+    m, x = _gpu_case(case, epi)
+    assert all(t.endswith(f"epilogue {epi}") for t in mma_tiles(m))
     want = run_main(m, x)
     got = run_on_gpu(lower_to_ptx(m), x)
     if case in INT8:

@@ -180,7 +180,7 @@ class Config:
     bk: int
     stages: int = STAGES
     splits: int = 1           # split-K: CTAs per output tile, each summing a K range
-    epilogue: str = "fragment"  # or "staged": mma_epilogue.py
+    epilogue: str = "fragment"  # or "staged", "staged-wide": mma_epilogue.py
     m_tiles: int = 1          # output tiles per CTA, along M: the next one's copies run
                               # during this one's epilogue (module docstring, "M tiles")
     epilogue_tiles: bool = True   # the point program's tile loads via shared memory where
@@ -500,7 +500,7 @@ class _Builder:
         kt0 = mul(b, self.split, self.kts) if self.split is not None else None
         # the epilogue's tiles (a residual) go with the copies of their output tile's K tile 0
         self.tiles = mma_prefetch.allocate(self, b, tiles)
-        if cfg.epilogue == "staged":
+        if cfg.epilogue in mma_epilogue.STAGED:
             mma_epilogue.allocate(self, b)
         n_slots = mma_prefetch.slots(c, cfg)
         steps = T * self.kts     # the CTA's K tiles, output tile after output tile
@@ -553,7 +553,7 @@ class _Builder:
         eb = tb
         if m_tiles % T:   # the last CTA's tiles past M: no epilogue (their copies were empty)
             _, eb = if_op(tb, cmp(tb, "lt", add(tb, first, t), m_tiles))
-        if cfg.epilogue == "staged":
+        if cfg.epilogue in mma_epilogue.STAGED:
             mma_epilogue.staged(self, eb, list(loop.results))
         else:
             self._epilogue(eb, list(loop.results))

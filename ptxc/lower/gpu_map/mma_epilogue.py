@@ -72,10 +72,18 @@ Decisions:
   32 x 128): element ``lane + 32 it`` of the slab, one column per lane (``mma.TILES`` has
   neither; forced or tuner configs only).
 
-Not yet: a lane's ``v`` consecutive elements go as ``v`` scalar stores: kernel pointer
-arguments are ``.align 1`` in the PTX, so LLVM's load/store vectorizer cannot merge them into
-one vector store (nor the residual's loads); that, and aliasing the pipeline's stages, are the
-next steps.
+A lane's ``v`` consecutive elements go as one vector store where LLVM's load/store vectorizer
+can prove the alignment (ResNet-50's int8 1x1 convs at WN = 32: ``st.global.v2.b8``, 2 bytes).
+
+**Wide runs** (``staged-wide``, opt-in; session 17, not yet timed): each lane reads back the
+slab's ``v = 8 WN / 32 = WN / 4`` consecutive columns of one row (4 lanes per row, every lane
+one row per slab), so a lane's elements are one run: 8 int8 bytes at WN = 32, 16 at WN = 64
+(one ``st.global.v2.b32`` / ``v4.b32``), where ``staged`` gives 2 or 4. It also has a quarter
+of ``staged``'s rows per lane (8 over a 64-row warp tile): a quarter of the per-row index and
+address arithmetic, which in the int8 short-K 1x1 convs (bound by the integer ALU pipe,
+Nsight Compute, session 13) is about as many instructions as the requantization itself. A
+warp's store then covers 8 rows of ``WN`` elements: whole 32-byte sectors. Not yet: aliasing
+the pipeline's stages.
 """
 
 from __future__ import annotations
@@ -86,7 +94,9 @@ from .common import add, div, mul, sub
 #: map-to-gpu's default (timed on the H200: MapToGpu's docstring)
 DEFAULT_EPILOGUE = "staged"
 #: the values of :attr:`mma.Config.epilogue`
-EPILOGUES = ("fragment", "staged")
+EPILOGUES = ("fragment", "staged", "staged-wide")
+#: the epilogues through the shared staging region (``staged-wide``: "Wide runs" below)
+STAGED = ("staged", "staged-wide")
 #: words of padding per staged row (bank conflicts, module docstring)
 PAD = 8
 #: rows per slab: one half of a 16-row mma tile (a lane's fragment elements 0, 1 or 2, 3)
@@ -103,7 +113,7 @@ def staging_shape(cfg) -> tuple:
 
 def staging_bytes(cfg, acc_bytes: int = 4) -> int:
     """Shared bytes the epilogue of ``cfg`` adds to the pipeline's (0 for ``fragment``)."""
-    if cfg.epilogue != "staged":
+    if cfg.epilogue not in STAGED:
         return 0
     w, r, n = staging_shape(cfg)
     return w * r * n * acc_bytes
@@ -130,7 +140,7 @@ def staged(bld, b, acc: list) -> None:
     # the lane's elements of a slab: vec consecutive columns of rows lane / (WN / vec) + k *
     # (32 vec / WN) where WN / vec lanes divide a warp (every tile of mma.TILES); else (WN = 48)
     # element e = lane + 32 it of the slab, a warp instruction spanning two rows
-    vec = max(1, wn // ROW_LANES)
+    vec = wn * ROWS // 32 if cfg.epilogue == "staged-wide" else max(1, wn // ROW_LANES)
     lanes_per_row = wn // vec
     even = wn % vec == 0 and 32 % lanes_per_row == 0
     if even:
