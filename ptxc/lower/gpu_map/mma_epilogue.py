@@ -75,15 +75,17 @@ Decisions:
 A lane's ``v`` consecutive elements go as one vector store where LLVM's load/store vectorizer
 can prove the alignment (ResNet-50's int8 1x1 convs at WN = 32: ``st.global.v2.b8``, 2 bytes).
 
-**Wide runs** (``staged-wide``, opt-in; session 17, not yet timed): each lane reads back the
-slab's ``v = 8 WN / 32 = WN / 4`` consecutive columns of one row (4 lanes per row, every lane
-one row per slab), so a lane's elements are one run: 8 int8 bytes at WN = 32, 16 at WN = 64
-(one ``st.global.v2.b32`` / ``v4.b32``), where ``staged`` gives 2 or 4. It also has a quarter
-of ``staged``'s rows per lane (8 over a 64-row warp tile): a quarter of the per-row index and
-address arithmetic, which in the int8 short-K 1x1 convs (bound by the integer ALU pipe,
-Nsight Compute, session 13) is about as many instructions as the requantization itself. A
-warp's store then covers 8 rows of ``WN`` elements: whole 32-byte sectors. Not yet: aliasing
-the pipeline's stages.
+**Wide runs** (``staged-wide``, opt-in; session 17, not yet timed): each lane reads back
+``v = min(WN / 4, 8)`` consecutive columns of a row (:data:`WIDE_RUN`; WN / v lanes per row,
+one or two rows per lane and slab), so a lane's elements are one run of 8 int8 bytes (16 of
+f16; one ``st.global.v2.b32`` / ``v4.b32``) where ``staged`` gives 2 or 4, and a lane has a
+quarter or half of ``staged``'s rows (8 or 16 over a 64-row warp tile): less of the per-row
+index and address arithmetic, which in the int8 short-K 1x1 convs (bound by the integer ALU
+pipe, Nsight Compute, session 13) is about as many instructions as the requantization itself.
+A warp's store covers whole 32-byte sectors. Runs of 16 (WN = 64) took ptxas to 149-168
+registers in ResNet-50's int8 128x128 kernels (116-124 with ``staged``); capped at 8: 126-127,
+and the PTX of its int8 1x1 conv kernels 1-12% shorter (statically, batch 32). Not yet:
+aliasing the pipeline's stages.
 """
 
 from __future__ import annotations
@@ -104,6 +106,8 @@ ROWS = 8
 #: lanes across one row of a warp tile in the read-back: each takes WN / 16 consecutive columns
 #: (module docstring: fewer columns per lane, more rows per lane, spilled)
 ROW_LANES = 16
+#: ``staged-wide``: the most consecutive columns a lane reads back in one row (module docstring)
+WIDE_RUN = 8
 
 
 def staging_shape(cfg) -> tuple:
@@ -140,7 +144,8 @@ def staged(bld, b, acc: list) -> None:
     # the lane's elements of a slab: vec consecutive columns of rows lane / (WN / vec) + k *
     # (32 vec / WN) where WN / vec lanes divide a warp (every tile of mma.TILES); else (WN = 48)
     # element e = lane + 32 it of the slab, a warp instruction spanning two rows
-    vec = wn * ROWS // 32 if cfg.epilogue == "staged-wide" else max(1, wn // ROW_LANES)
+    vec = min(wn * ROWS // 32, WIDE_RUN) if cfg.epilogue == "staged-wide" else \
+        max(1, wn // ROW_LANES)
     lanes_per_row = wn // vec
     even = wn % vec == 0 and 32 % lanes_per_row == 0
     if even:
