@@ -361,19 +361,36 @@ def bench_one(name: str, batch: int, deadline: float, repeat: int, tmp: str,
 
 
 @contextlib.contextmanager
-def map_options(options: str):
-    """Compiles inside run map-to-gpu with ``options`` (pipeline-text options, space-separated:
-    ``"mma-epilogue=staged tiled-min-reduction=16"``) in the cuda loop pipeline; the compile
-    cache keys on that pipeline. Empty: unchanged."""
+def cuda_pipeline(stage: str, edit):
+    """Compiles inside run the cuda target's ``stage`` pipeline text as ``edit(text)``: a stage
+    (``tensor``, ``loop``: compiler.TARGET_STAGE_PIPELINES) or ``layout`` (the channels-last
+    passes, compiler.LAYOUT_PIPELINES). The compile cache keys on both tables."""
     from ptxc import compiler
-    table = compiler.TARGET_STAGE_PIPELINES["cuda"]
-    saved = table["loop"]
-    if options:
-        table["loop"] = saved.replace("map-to-gpu", f"map-to-gpu{{{options}}}")
+    table = compiler.LAYOUT_PIPELINES if stage == "layout" else \
+        compiler.TARGET_STAGE_PIPELINES["cuda"]
+    key = "cuda" if stage == "layout" else stage
+    had, saved = key in table, table.get(key)
+    table[key] = edit(compiler.LAYOUT_PIPELINES["cuda"] if stage == "layout"
+                      else compiler.stage_pipeline(stage, "cuda"))
     try:
         yield
     finally:
-        table["loop"] = saved
+        if had:
+            table[key] = saved
+        else:
+            del table[key]
+
+
+@contextlib.contextmanager
+def map_options(options: str):
+    """Compiles inside run map-to-gpu with ``options`` (pipeline-text options, space-separated:
+    ``"mma-epilogue=staged tiled-min-reduction=16"``) in the cuda loop pipeline. Empty:
+    unchanged."""
+    if not options:
+        yield
+        return
+    with cuda_pipeline("loop", lambda t: t.replace("map-to-gpu", f"map-to-gpu{{{options}}}")):
+        yield
 
 
 def profile_row(row: dict, engine, in_name: str, x, top: int = 25) -> None:

@@ -120,60 +120,28 @@ def throughput(engine, feeds: dict, streams: int, calls: int, batch: int) -> flo
     return streams * calls * batch / wall
 
 
-#: the --variant words that rewrite the model's stem as a space-to-depth and a 4x4 conv
-#: (bench/stem_space_to_depth.py, the form named) and compile it with the tensor stage's
-#: sink-collapse-reshapes, which keeps its input preparation one kernel
+#: the --variant words that rewrite the model's stem as a space-to-depth and a 4x4 conv by an
+#: ONNX rewrite (bench/stem_space_to_depth.py, the form named; the cuda compile's own pass
+#: space-to-depth-stem makes the crd form)
 STEM_FORMS = {"stem-s2d": "shifted", "stem-s2d-crd": "crd"}
-SINK_TENSOR_PIPELINE = "lower-graph-to-tensor,sink-collapse-reshapes,fuse-tensor-elementwise"
 #: the --variant word prefix that sets to-channels-last's channel-multiple (cuda: 4), e.g.
-#: channels-16: the crd stem's 12 channels padded to 16 (one 16-byte int8 copy per pixel)
+#: channels-16
 CHANNELS = "channels-"
 #: the --variant word that compiles without the cuda graph pass space-to-depth-stem (the 7x7
 #: stem conv, as before session 17)
 STEM_7X7 = "stem-7x7"
 
 
-class _layout_passes:
-    """Compiles inside run the cuda layout passes edited: ``channels`` (None: unchanged) the
+def _layout_edit(channels, no_s2d: bool):
+    """The edit of the cuda layout passes for a variant: ``channels`` (None: unchanged) the
     channel multiple, ``no_s2d`` without space-to-depth-stem."""
-
-    def __init__(self, channels, no_s2d: bool):
-        self.channels, self.no_s2d = channels, no_s2d
-
-    def __enter__(self):
-        from ptxc import compiler
-        self.saved = saved = compiler.layout_passes
-        channels, no_s2d = self.channels, self.no_s2d
-
-        def edited(layout, target):
-            text = saved(layout, target)
-            if channels:
-                text = text.replace("channel-multiple=4", f"channel-multiple={channels}")
-            if no_s2d:
-                text = text.replace("space-to-depth-stem,", "")
-            return text
-        compiler.layout_passes = edited
-
-    def __exit__(self, *exc):
-        from ptxc import compiler
-        compiler.layout_passes = self.saved
-
-
-class _tensor_pipeline:
-    """Compiles inside use ``text`` as the tensor stage's pipeline (None: unchanged)."""
-
-    def __init__(self, text):
-        self.text = text
-
-    def __enter__(self):
-        from ptxc import compiler
-        self.saved = compiler.STAGE_PIPELINES["tensor"]
-        if self.text:
-            compiler.STAGE_PIPELINES["tensor"] = self.text
-
-    def __exit__(self, *exc):
-        from ptxc import compiler
-        compiler.STAGE_PIPELINES["tensor"] = self.saved
+    def edit(text: str) -> str:
+        if channels:
+            text = text.replace("channel-multiple=4", f"channel-multiple={channels}")
+        if no_s2d:
+            text = text.replace("space-to-depth-stem,", "")
+        return text
+    return edit
 
 
 def gpu_main(args) -> int:
@@ -249,8 +217,7 @@ def gpu_main(args) -> int:
                 row["calibration_s"] = round(time.perf_counter() - t0, 1)
             t0 = time.perf_counter()
             with bench_gpu.map_options(f"mma-epilogue={epilogue} {map_opts}".strip()), \
-                    _tensor_pipeline(SINK_TENSOR_PIPELINE if stem else None), \
-                    _layout_passes(channels, STEM_7X7 in words):
+                    bench_gpu.cuda_pipeline("layout", _layout_edit(channels, STEM_7X7 in words)):
                 engine = ptxc.compile(model_proto, target="cuda", **kw)
             row["compile_s"] = round(time.perf_counter() - t0, 1)
             row.update(_kernels(engine))

@@ -94,19 +94,26 @@ def resolve_layout(layout: str, module: Operation, target: str,
     return "nhwc" if prefers_channels_last(module) else "nchw"
 
 
+#: the passes appended to the graph stage of a channels-last compile (:func:`layout_passes`), per
+#: target. On cuda a stride-2 stem on a few channels first becomes a space-to-depth and a
+#: stride-1 conv on 4x the channels (space-to-depth-stem), and input channels are padded to
+#: multiples of 4 (a pixel's channels whole cp.async chunks: 8 bytes of f16, 4 of int8; a
+#: 3-channel image pads to 4, not 8 or 16: half the stem convolution's padded work), an int8
+#: conv's to 16 where that adds at most a third (the space-to-depth stem's 12: 16-byte copies).
+#: Part of the compile cache's key, as the stage pipelines are.
+LAYOUT_PIPELINES = {
+    "cpu": "to-channels-last,cancel-transposes,eliminate-concat,dce",
+    "cuda": "space-to-depth-stem,to-channels-last{channel-multiple=4 int8-channel-multiple=16},"
+            "cancel-transposes,eliminate-concat,dce",
+}
+
+
 def layout_passes(layout: str, target: str) -> str:
-    """The passes appended to the graph stage for a resolved ``layout`` ('' for nchw). On cuda
-    a stride-2 stem on a few channels becomes a space-to-depth and a stride-1 conv on 4x the
-    channels (space-to-depth-stem), and input channels are padded to multiples of 4 (a pixel's
-    channels whole cp.async chunks: 8 bytes of f16, 4 of int8; a 3-channel image pads to 4,
-    not 8 or 16: half the stem convolution's padded work), an int8 conv's to 16 where that
-    adds at most a third (the space-to-depth stem's 12: 16-byte copies)."""
+    """The passes appended to the graph stage for a resolved ``layout``: ''
+    for nchw, else :data:`LAYOUT_PIPELINES` of ``target``."""
     if layout != "nhwc":
         return ""
-    if target != "cuda":
-        return "to-channels-last,cancel-transposes,eliminate-concat,dce"
-    return ("space-to-depth-stem,to-channels-last{channel-multiple=4 int8-channel-multiple=16},"
-            "cancel-transposes,eliminate-concat,dce")
+    return LAYOUT_PIPELINES[target]
 
 
 def resolve_target(target: str) -> str:

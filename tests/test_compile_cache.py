@@ -47,6 +47,9 @@ def test_second_compile_loads_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.setitem(compiler.STAGE_PIPELINES, "graph", "dce")         # another pipeline
     ptxc.compile(model, target="cpu")
     assert len(calls) == 4
+    monkeypatch.setitem(compiler.LAYOUT_PIPELINES, "cpu", "to-channels-last")  # layout passes
+    ptxc.compile(model, target="cpu")
+    assert len(calls) == 5
 
 
 def test_cache_off_and_damaged_entries(tmp_path, monkeypatch):

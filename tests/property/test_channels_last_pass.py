@@ -1,5 +1,7 @@
 """to-channels-last keeps random graphs (the shared strategy) verified and numerically equal
-under check-numerics, alone and after graph-opt, with and without channel padding."""
+under check-numerics, alone and after graph-opt, with and without channel padding; so does the
+cuda layout pipeline, whose space-to-depth-stem rewrites the strategy's stride-2 convs on 2-4
+channels of even-sized images."""
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,6 +20,9 @@ SETTINGS = settings(max_examples=25, deadline=None,
     "to-channels-last",
     "graph-opt,to-channels-last,cancel-transposes,eliminate-concat,dce",
     "graph-opt,to-channels-last{channel-multiple=8},cancel-transposes,eliminate-concat,dce",
+    "space-to-depth-stem",
+    "graph-opt,space-to-depth-stem,to-channels-last{channel-multiple=4 int8-channel-multiple=16},"
+    "cancel-transposes,eliminate-concat,dce",
 ])
 @SETTINGS
 @given(case=graphs())
