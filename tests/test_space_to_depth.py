@@ -120,6 +120,24 @@ def test_declined(kw):
     assert not changed
 
 
+def test_int8_filter_with_a_nonzero_zero_point_is_declined():
+    """An explicit int8 conv (QDQ, folded to graph.qlinear_conv) is rewritten where its filter's
+    zero point is 0, and kept where it is not (an inserted zero tap would add ``-zw * x``)."""
+    import int8_ir
+
+    def graph(zw):
+        model = int8_ir.conv_model(N=1, C=3, H=8, W=8, K=4, R=3, S=3, stride=2, pad=1)
+        for t in model.graph.initializer:
+            if t.name == "wz":
+                t.CopyFrom(numpy_helper.from_array(np.full(4, zw, np.int8), "wz"))
+        mod = as_module(model)
+        PassManager("graph-opt").run(mod)
+        assert any(o.name == "graph.qlinear_conv" for o in mod.walk())
+        return mod
+    assert PassManager("space-to-depth-stem").run(graph(0))
+    assert not PassManager("space-to-depth-stem").run(graph(3))
+
+
 def _int8_graph(model, x):
     from ptxc.calib import calibrate
     table = calibrate(model, [{"x": x}], "minmax", progress=False)

@@ -174,6 +174,19 @@ def _permute_axis_list(values, perm):
     return v  # empty (resize's roi when unused)
 
 
+def zero_weights_add_nothing(op: Operation) -> bool:
+    """Whether zero filter taps or channels added to conv ``op`` add nothing: always for a
+    float conv; for an int8 one when the filter's zero point is absent or 0 (then ``w - zw`` is
+    0 there). Channel padding here and space_to_depth.py's blocked filters rely on it."""
+    if op.name != "graph.qlinear_conv":
+        return True
+    zw = lookup(op.name).groups(op)["w_zero_point"]
+    if zw is None:
+        return True
+    a = const_array(zw)
+    return a is not None and not a.any()
+
+
 class _Function:
     """The rewrite of one function body (see the module docstring)."""
 
@@ -458,7 +471,7 @@ class _Function:
             w = op.operands[1]
             ws = self.as_perm(w, perm)
             multiple = self.multiple_for(op, self.logical_shape(x)[1])
-            if multiple > 1 and op.attr("group") == 1 and self._pads_to_zero(op):
+            if multiple > 1 and op.attr("group") == 1 and zero_weights_add_nothing(op):
                 xs, ws = self.pad_channels(xs, ws, multiple)
             op.set_operand(1, ws)
             if op.name == "graph.fused_conv":
@@ -473,18 +486,6 @@ class _Function:
         op.set_operand(0, xs)
         op.attributes["layout"] = "NHWC"
         self.set_result(op, perm)
-
-    @staticmethod
-    def _pads_to_zero(op: Operation) -> bool:
-        """Whether zero filter channels add nothing: always for a float conv; for an int8
-        one when the filter's zero point is absent or 0 (then ``w - zw`` is 0 there)."""
-        if op.name != "graph.qlinear_conv":
-            return True
-        zw = lookup(op.name).groups(op)["w_zero_point"]
-        if zw is None:
-            return True
-        a = const_array(zw)
-        return a is not None and not a.any()
 
     def multiple_for(self, op: Operation, c: int) -> int:
         """The channel multiple of conv ``op`` on ``c`` input channels: ``int8_multiple`` for an

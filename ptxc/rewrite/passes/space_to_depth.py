@@ -43,7 +43,7 @@ from ...ir.attributes import DenseElements
 from ...ir.builder import Builder
 from ...ir.core import Operation, OpResult, Value
 from ..pass_ import Pass, register_pass
-from .channels_last import CONVS, _Function
+from .channels_last import CONVS, zero_weights_add_nothing
 from .dce import erase_dead_ops
 from .fold_batchnorm import const_array
 
@@ -75,12 +75,6 @@ def blocked_filter(w: np.ndarray, s: tuple[int, int], k2: tuple[int, int]) -> np
         o, 4 * c, k2[0], k2[1])
 
 
-def _zero_points_zero(op: Operation) -> bool:
-    """An int8 conv's filter zero point is absent or 0 (``w - zw`` is then 0 at the inserted
-    taps); always for a float conv."""
-    return _Function._pads_to_zero(op)
-
-
 def _plan(op: Operation, max_channels: int = MAX_CHANNELS):
     """``(geometry per dim, filter array)`` where ``op`` qualifies (module docstring), else
     None."""
@@ -94,7 +88,8 @@ def _plan(op: Operation, max_channels: int = MAX_CHANNELS):
             tuple(op.attr("dilations") or (1, 1)) != (1, 1):
         return None
     warr = const_array(w)
-    if warr is None or warr.ndim != 4 or min(warr.shape[2:]) < 3 or not _zero_points_zero(op):
+    if warr is None or warr.ndim != 4 or min(warr.shape[2:]) < 3 or \
+            not zero_weights_add_nothing(op):
         return None
     pads = tuple(op.attr("pads"))
     dims = []
