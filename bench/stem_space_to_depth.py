@@ -79,10 +79,9 @@ def blocked_filter(w, shift: int):
 
 def crd_filter(w):
     """``blocked_filter(w, 1)`` with its channels in (c, by, bx) order, the order of the
-    ``crd`` form's space-to-depth: channel ``4 c + 2 by + bx``."""
-    o, c = w.shape[:2]
-    return blocked_filter(w, 1).reshape(o, 4, c, 4, 4).transpose(0, 2, 1, 3, 4).reshape(
-        o, 4 * c, 4, 4)
+    ``crd`` form's space-to-depth: channel ``4 c + 2 by + bx`` (the compiler pass's filter)."""
+    from ptxc.rewrite.passes.space_to_depth import blocked_filter as pass_filter
+    return pass_filter(w, (1, 1), (4, 4))
 
 
 def _crd_space_to_depth(m, x, shape):

@@ -11,8 +11,8 @@ entries go.
 
 The key is a SHA-256 over: the model's bytes (an ONNX path is read; a ModelProto serialized),
 every option of ``compile`` that changes the result (target, arch, precision, input shapes,
-constant inputs, the graph pipeline, the stage and layout pipelines), the host (cpu: triple, CPU name and
-features, which the object code depends on) and a hash of ptxc's own source files and the
+constant inputs, the graph pipeline, the stage and layout pipelines), the host (cpu: triple, CPU
+name and features, which the object code depends on) and a hash of ptxc's own source files and the
 llvmlite version, so changing the compiler never serves a stale engine. What a plan cannot carry
 is not cached: a Network or an IR module as the model, ``check_numerics`` (its point is to run
 the passes), int8 (its calibration data would have to be part of the key), ``threads`` (a

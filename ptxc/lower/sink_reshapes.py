@@ -198,7 +198,7 @@ def sink_through_pad(pad):
     same source dims, a merged dim's pad on its outermost), so that the generic computing ``e``
     writes the padded tensor's interior itself (lower-tensor-to-loop); None where it does not
     apply. The second case is the channel pad of a space-to-depth whose channels are (c, by,
-    bx): 12 -> 16 channels is c padded 3 -> 4 (bench/stem_space_to_depth.py, form ``crd``)."""
+    bx): 12 -> 16 channels is c padded 3 -> 4 (rewrite/passes/space_to_depth.py)."""
     v = pad.operands[0]
     r = v.op if isinstance(v, OpResult) else None
     if len(pad.operands) != 1 or r is None or r.name != "tensor.reshape" or len(v.uses) != 1:

@@ -164,8 +164,8 @@ class MapToGpu(Pass):
     ``mma-epilogue``: ``staged`` (default), ``fragment`` or ``staged-wide``, the epilogue of
     every mma kernel (mma_epilogue.py: accumulators staged through shared memory for coalesced
     stores; on the H200, 2026-12-02, ResNet-50 b32 fp16 took 1.89 ms staged against 2.29
-    fragment; ``staged-wide``: each lane a run of WN / 4 columns of one row, vector stores and
-    a quarter of the row arithmetic, not yet timed).
+    fragment; ``staged-wide``: each lane a run of up to 8 columns of one row, vector stores and
+    a quarter to a half of the row arithmetic, not yet timed).
     ``tiled-min-reduction``: the tiled schedule declines a nest with fewer reduction points
     (the product of its reduction loops' trips), which then goes to the pointwise schedule: a
     depthwise 3x3 convolution (9 points) gains nothing from staging its operands in shared
