@@ -105,10 +105,12 @@ def test_a_padded_output_keeps_its_indices():
 @needs_ptxas
 def test_flat_rows_drop_the_row_address_arithmetic():
     """The int8 conv + residual kernel: fewer 64-bit integer instructions, no spills (flat rows
-    are the default; ``mma-flat-m=false`` keeps ``(n, p, q)``)."""
+    are the default; ``mma-flat-m=false`` keeps ``(n, p, q)``). Both with 64-bit index
+    arithmetic (``index32=false``: with it the unflattened kernel's would be 32-bit)."""
     make, _ = _conv("int8", N=4, H=16, W=16)
     counts = []
-    for opts in ("map-to-gpu{mma-epilogue=staged mma-flat-m=false}", FLAT.format("staged")):
+    for opts in ("map-to-gpu{mma-epilogue=staged mma-flat-m=false index32=false}",
+                 "map-to-gpu{mma-epilogue=staged mma-flat-m=true index32=false}"):
         m = make()
         PassManager(opts).run(m)
         p = lower_to_ptx(m, arch="sm_90")

@@ -117,14 +117,19 @@ class Launch(OpSpec):
     for the backend (NVPTX ``minctasm``). ``pdl`` (optional, sm_90+): programmatic dependent
     launch: the kernel waits for the grids before it (``griddepcontrol.wait``) before it touches
     memory, so the runtime may launch it while the previous kernel still runs (its launch and
-    CTA placement then overlap that kernel's tail); map-to-gpu's ``pdl`` sets it."""
+    CTA placement then overlap that kernel's tail); map-to-gpu's ``pdl`` sets it.
+    ``index_bits`` (optional, 32 or 64; default 64): the width ``index`` may lower to. 32 asks
+    for 32-bit index arithmetic, which the backend grants only where it cannot overflow
+    (:func:`ptxc.lower.loop_to_llvm.launch_index_bits`: every buffer small enough); the mma
+    schedules ask (their tile arithmetic is then half the integer instructions). The
+    interpreter's semantics do not depend on it."""
 
     name = "gpu.launch"
     operands = ()
     results = ()
     attributes = {"grid": Attr("ints", required=True), "block": Attr("ints", required=True),
                   "schedule": Attr("str", required=True), "tile": Attr("str"),
-                  "min_blocks": Attr("int"), "pdl": Attr("bool")}
+                  "min_blocks": Attr("int"), "pdl": Attr("bool"), "index_bits": Attr("int")}
     regions = 1
 
     def infer_types(self, op):
@@ -138,6 +143,8 @@ class Launch(OpSpec):
         why = check_dims(op.attributes["grid"], op.attributes["block"])
         if why:
             fail(op, why)
+        if op.attributes.get("index_bits", 64) not in (32, 64):
+            fail(op, f"index_bits must be 32 or 64, is {op.attributes['index_bits']}")
         _check_body(op, [], [])
 
     def reference(self, op, args, interp):

@@ -22,8 +22,8 @@ from llvmlite import ir
 from ..ir.core import BlockArgument, Operation, OpResult, Value
 from ..ir.types import BufferType
 from . import llvm_tensorcore, llvm_wgmma
-from .llvm_fold import FoldingBuilder
-from .llvm_scalar import I64, ScalarEmitter, align_of, memory_type
+from .llvm_fold import FoldingBuilder, const_int
+from .llvm_scalar import I64, ScalarEmitter, align_of, index_type, memory_type
 
 _ERROR = object()  # the error flag's key among a kernel's roots (it has no IR value)
 
@@ -58,6 +58,7 @@ class _Kernel(ScalarEmitter):
         self.ptrs = dict(zip(roots, self.fn.args))
         self.b = FoldingBuilder(self.fn.append_basic_block("entry"))
         self.vals: dict = {}
+        self.divisors: dict = {}   # pow2_divisor's memo
         self.prologue()
         for op in top_scalars:
             self.emit_scalar(op)
@@ -95,11 +96,12 @@ class _Kernel(ScalarEmitter):
         header = self.fn.append_basic_block("loop")
         inner = self.fn.append_basic_block("body")
         done = self.fn.append_basic_block("done")
-        start = start if isinstance(start, ir.Value) else ir.Constant(I64, start)
-        stop = stop if isinstance(stop, ir.Value) else ir.Constant(I64, stop)
+        ty = start.type if isinstance(start, ir.Value) else index_type()
+        start = start if isinstance(start, ir.Value) else ir.Constant(ty, start)
+        stop = stop if isinstance(stop, ir.Value) else ir.Constant(ty, stop)
         b.branch(header)
         b.position_at_end(header)
-        iv = b.phi(I64, "iv")
+        iv = b.phi(ty, "iv")
         iv.add_incoming(start, pre)
         phis = []
         for v in carried:
@@ -109,7 +111,7 @@ class _Kernel(ScalarEmitter):
         b.cbranch(b.icmp_signed("<", iv, stop), inner, done)
         b.position_at_end(inner)
         nxt = body(iv, phis)
-        nxt_iv = b.add(iv, ir.Constant(I64, step), flags=["nsw"])
+        nxt_iv = b.add(iv, ir.Constant(ty, step), flags=["nsw"])
         latch = b.block
         b.branch(header)
         iv.add_incoming(nxt_iv, latch)
@@ -147,8 +149,8 @@ class _Kernel(ScalarEmitter):
     def affine(self, t: ir.Value, lo: int, step: int) -> ir.Value:
         """The induction value ``lo + t * step`` of iteration number ``t``."""
         if step != 1:
-            t = self.b.mul(t, ir.Constant(I64, step), flags=["nsw"])
-        return self.b.add(t, ir.Constant(I64, lo), flags=["nsw"]) if lo else t
+            t = self.b.mul(t, ir.Constant(t.type, step), flags=["nsw"])
+        return self.b.add(t, ir.Constant(t.type, lo), flags=["nsw"]) if lo else t
 
     def block(self, block, args) -> list:
         for a, v in zip(block.args, args):
@@ -167,7 +169,7 @@ class _Kernel(ScalarEmitter):
             buf = op.operands[0]
             el = buf.type.element
             v = self.b.load(self.address(buf, op.operands[1:]), typ=memory_type(el),
-                            align=align_of(el))
+                            align=self.access_align(buf, op.operands[1:]))
             if el.name == "i1":
                 v = self.b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
             self.vals[op.results[0]] = v
@@ -228,14 +230,14 @@ class _Kernel(ScalarEmitter):
         values = [{} for _ in ivs]
         for wave in waves:
             for iv, vals in zip(ivs, values):
-                self.vals[block.args[0]] = ir.Constant(I64, iv)
+                self.vals[block.args[0]] = ir.Constant(index_type(), iv)
                 self.vals.update(vals)
                 for o in wave:
                     self.emit(o)
                 vals.update({r: self.vals[r] for o in wave for r in o.results})
         outs = list(inits)
         for iv, vals in zip(ivs, values):
-            self.vals[block.args[0]] = ir.Constant(I64, iv)
+            self.vals[block.args[0]] = ir.Constant(index_type(), iv)
             self.vals.update(vals)
             for a, v in zip(block.args[1:], outs):
                 self.vals[a] = v
@@ -262,13 +264,19 @@ class _Kernel(ScalarEmitter):
 
     # ---- memory -------------------------------------------------------------------------------
     def address(self, buf: Value, indices) -> ir.Value:
+        """The pointer to ``buf[indices]``: the element offset ``sum(index * stride) + offset``
+        in i64, then one GEP. A 32-bit index (llvm_scalar.index_bits) is widened first
+        (:meth:`wide_index`), so accesses that share a coordinate share its 64-bit term
+        and neighbouring accesses differ by a constant, which NVPTX folds into the
+        instruction (``ld.global.v4.u32 [%rd7+64]``); summing in 32 bits and widening the
+        sum took a tenth more SASS in ResNet-50's mma kernels (sessions 18-19)."""
         t: BufferType = buf.type
         b = self.b
         lin = None
         for i, s in zip(indices, t.strides):
             if s == 0:
                 continue
-            i = i if isinstance(i, ir.Value) else self.vals[i]
+            i = self.wide_index(i if isinstance(i, ir.Value) else self.vals[i])
             term = i if s == 1 else b.mul(i, ir.Constant(I64, s), flags=["nsw"])
             lin = term if lin is None else b.add(lin, term, flags=["nsw"])
         if t.offset:
@@ -281,14 +289,125 @@ class _Kernel(ScalarEmitter):
             return b.gep(base, [ir.Constant(I64, 0), lin], inbounds=True)
         return b.gep(base, [lin], inbounds=True, source_etype=memory_type(t.element))
 
+    def access_align(self, buf: Value, indices) -> int:
+        """The alignment (bytes) a load or store of ``buf[indices]`` declares: on the CPU the
+        element's size; on the GPU what :func:`pow2_divisor` proves of the element offset, up
+        to :data:`PARAM_ALIGN` (every global buffer starts 16-byte aligned, every shared one
+        at least that). LLVM's own inference (known bits of the offset) does not see through
+        the sign extensions of 32-bit offsets: a small int8 conv's wgmma epilogue stored 16
+        ``v2.b8`` and 33 single bytes in 32 bits without this, 32 and 1 with it (16 and 33
+        in 64 bits either way; tests/test_index32.py). ResNet-50's 64-bit kernels are the
+        same instructions with it or without."""
+        el = buf.type.element
+        size = align_of(el)
+        if not self.gpu:
+            return size
+        t: BufferType = buf.type
+        d = pow2_divisor_of_offset(t, list(indices), self.divisors)
+        return max(size, min(PARAM_ALIGN, size * d))
+
+    def wide_index(self, v: ir.Value) -> ir.Value:
+        """``v`` (an index value) as i64: sign-extended, the constant addends of its ``nsw``
+        add/sub tree (:func:`_affine_terms`) added after the extension (the ``nsw`` says no
+        sum wraps, so ``sext(x + 64)`` is ``sext(x) + 64``), where NVPTX folds them into the
+        access's immediate offset and LLVM sees neighbouring accesses as neighbours::
+
+            %a = add nsw i32 %c, 1 ; %o = add nsw i32 %m, %a ; %w = sext i32 %o to i64
+            %o = add nsw i32 %m, %c ; %s = sext i32 %o to i64 ; %w = add nsw i64 %s, 1
+        """
+        if v.type.width == 64:
+            return v
+        terms, c = _affine_terms(v)
+        if not c:
+            return self.b.sext(v, I64)
+        rest = None
+        for sign, t in terms:
+            if rest is None:
+                rest = t if sign > 0 else self.b.sub(ir.Constant(t.type, 0), t, flags=["nsw"])
+            else:
+                rest = (self.b.add if sign > 0 else self.b.sub)(rest, t, flags=["nsw"])
+        if rest is None:
+            return ir.Constant(I64, c)
+        return self.b.add(self.b.sext(rest, I64), ir.Constant(I64, c), flags=["nsw"])
+
     def store(self, v: ir.Value, buf: Value, indices) -> None:
         el = buf.type.element
         if el.name == "i1":
             v = self.b.zext(v, memory_type(el))
-        self.b.store(v, self.address(buf, indices), align=align_of(el))
+        self.b.store(v, self.address(buf, indices), align=self.access_align(buf, indices))
 
     def finish(self) -> None:
         self.b.ret_void()
+
+
+#: the largest power of two :func:`pow2_divisor` reports (any larger is as good for alignment)
+POW2_CAP = 1 << 16
+
+
+def _pow2(n: int) -> int:
+    """The largest power of two dividing ``n`` (:data:`POW2_CAP` for 0)."""
+    n = abs(int(n))
+    return POW2_CAP if n == 0 else min(POW2_CAP, n & -n)
+
+
+def pow2_divisor(v: Value, cache: dict, depth: int = 12) -> int:
+    """The largest power of two known to divide index value ``v`` of the loop IR, from its
+    definition: constants, loop induction variables (``lower + k * step``), ``add``/``sub``/
+    ``min``/``max``/``select`` (the smaller of the operands'), ``mul`` (the product); 1 for
+    anything else (a thread id, a division, a loaded value)."""
+    key = id(v)
+    if key in cache:
+        return cache[key]
+    d = 1
+    if isinstance(v, BlockArgument):
+        parent, k = v.block.parent_op, v.index
+        if parent is not None and parent.name == "loop.for" and k == 0:
+            d = min(_pow2(parent.attributes["lower"]), _pow2(parent.attr("step") or 1))
+        elif parent is not None and parent.name == "loop.parallel":
+            lo = parent.attributes["lower"]
+            d = min(_pow2(lo[k]), _pow2((parent.attr("step") or (1,) * len(lo))[k]))
+    elif isinstance(v, OpResult) and depth:
+        op = v.op
+        ops = [pow2_divisor(x, cache, depth - 1) for x in op.operands] \
+            if op.name in ("arith.add", "arith.sub", "arith.mul", "arith.min", "arith.max",
+                           "arith.select") else []
+        if op.name == "arith.constant":
+            value = op.attributes["value"]
+            d = _pow2(value) if isinstance(value, (int, np.integer)) else 1
+        elif op.name in ("arith.add", "arith.sub", "arith.min", "arith.max"):
+            d = min(ops)
+        elif op.name == "arith.select":
+            d = min(ops[1:])
+        elif op.name == "arith.mul":
+            d = min(POW2_CAP, ops[0] * ops[1])
+    cache[key] = d
+    return d
+
+
+def pow2_divisor_of_offset(t: BufferType, indices: list, cache: dict) -> int:
+    """The largest power of two known to divide the element offset of ``t[indices]``
+    (``sum(index * stride) + offset``; :func:`pow2_divisor`)."""
+    d = _pow2(t.offset)
+    for i, s in zip(indices, t.strides):
+        if s:
+            di = _pow2(i) if isinstance(i, (int, np.integer)) else pow2_divisor(i, cache)
+            d = min(d, POW2_CAP if di * _pow2(s) > POW2_CAP else di * _pow2(s))
+    return d
+
+
+def _affine_terms(v: ir.Value, sign: int = 1, depth: int = 8) -> tuple[list, int]:
+    """``v`` as ``sum(sign * term) + constant`` through its ``nsw`` add/sub instructions
+    (``depth`` levels deep): ``([(sign, term), ...], constant)``."""
+    c = const_int(v)
+    if c is not None:
+        return [], sign * c
+    if depth and isinstance(v, ir.Instruction) and v.opname in ("add", "sub") and \
+            "nsw" in v.flags:
+        x, y = v.operands
+        tx, cx = _affine_terms(x, sign, depth - 1)
+        ty, cy = _affine_terms(y, sign if v.opname == "add" else -sign, depth - 1)
+        return tx + ty, cx + cy
+    return [(sign, v)], 0
 
 
 _SREG = {"gpu.block_id": "ctaid", "gpu.thread_id": "tid"}
@@ -363,7 +482,8 @@ class _GpuKernel(_Kernel):
                 i32 = ir.IntType(32)    # it fits (a pointwise kernel's div/mod by constants)
                 v.set_metadata("range", self.m.add_metadata([ir.Constant(i32, 0),
                                                               ir.Constant(i32, extent)]))
-            self.vals[op.results[0]] = self.b.zext(v, I64)
+            ty = index_type()
+            self.vals[op.results[0]] = v if ty.width == 32 else self.b.zext(v, ty)
         elif name == "gpu.grid_wait":
             if self.pdl:     # else a plain launch: the stream order already waited
                 self.grid_wait()

@@ -70,10 +70,19 @@ exact (add, sub, mul, div, sqrt, comparisons, casts). Choices that keep to the r
   ops, NaN kept quiet as ml_dtypes does), ``select``, constants, loads and stores touch it;
   the importer computes every bf16 op in f32 (fp32 accumulation, see
   :mod:`ptxc.frontend.convert.bf16`), so arithmetic on bf16 is a CompileError here.
+* ``index`` is i64, or i32 inside :func:`index_bits` ``(32)``: loop_to_llvm emits a
+  ``gpu.launch {index_bits = 32}`` so when every buffer it touches is small enough that no
+  index value can leave i32 (:func:`ptxc.lower.loop_to_llvm.launch_index_bits`). There
+  ``add``/``sub``/``mul`` on index carry ``nsw`` (LLVM may then widen, reassociate and hoist
+  them) and casts compare LLVM widths (``index`` to ``i64`` sign-extends). NVPTX's 64-bit
+  integer ops are two instructions each (or a slower pipe), so an mma kernel's tile and
+  row arithmetic shrinks; addresses are still 64-bit (llvm_kernel's ``address``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 
 import numpy as np
@@ -81,7 +90,7 @@ from llvmlite import ir
 
 from ..errors import CompileError
 from ..ir.core import Operation
-from ..ir.types import I1, ScalarType
+from ..ir.types import I1, INDEX, ScalarType
 
 I8 = ir.IntType(8)
 I16 = ir.IntType(16)
@@ -111,8 +120,33 @@ def libdevice_functions() -> frozenset:
     return frozenset(f"__nv_{s}{sfx}" for s in stems for sfx in ("", "f"))
 
 
+#: the LLVM width of ``index`` in the kernel being emitted (module docstring; a context
+#: variable, so kernels emitted in different threads do not see each other's)
+_INDEX_BITS: contextvars.ContextVar[int] = contextvars.ContextVar("ptxc_index_bits", default=64)
+
+
+@contextlib.contextmanager
+def index_bits(bits: int):
+    """Within the block, ``index`` lowers to an integer of ``bits`` (32 or 64) bits."""
+    if bits not in (32, 64):
+        raise ValueError(f"index is 32 or 64 bits, not {bits}")
+    token = _INDEX_BITS.set(bits)
+    try:
+        yield
+    finally:
+        _INDEX_BITS.reset(token)
+
+
+def index_type() -> ir.IntType:
+    """The LLVM type of ``index`` here (i64, or i32 inside ``index_bits(32)``)."""
+    return ir.IntType(_INDEX_BITS.get())
+
+
 def llvm_type(t: ScalarType) -> ir.Type:
-    """The register type of a scalar (``index`` is i64, ``i1`` is i1, bf16 its bits: i16)."""
+    """The register type of a scalar (``index`` is i64, or i32 inside :func:`index_bits`;
+    ``i1`` is i1, bf16 its bits: i16)."""
+    if t == INDEX:
+        return index_type()
     if t.name == "bf16":
         return I16
     if t.name in _FLOATS:
@@ -152,8 +186,10 @@ def constant(value, t: ScalarType) -> ir.Constant:
         return ir.Constant(llvm_type(t), float(v))
     if t == I1:
         return ir.Constant(BOOL, int(bool(v)))
-    bits = t.bitwidth
-    return ir.Constant(ir.IntType(bits), int(np.asarray(v).view(f"i{bits // 8}")))
+    ty = llvm_type(t)
+    bits = ty.width
+    x = int(np.asarray(v).view(f"i{t.bitwidth // 8}")) % (1 << bits)
+    return ir.Constant(ty, x - (1 << bits) if x >> (bits - 1) else x)
 
 
 def _constant_value(v):
@@ -536,17 +572,18 @@ class ScalarEmitter:
                 return v
             return b.fpext(v, dt) if dst.bitwidth > src.bitwidth else b.fptrunc(v, dt)
         if src.is_float:
-            if dst.bitwidth < 64:  # wrap as numpy and onnxruntime do: via i64, then truncate
+            if dt.width < 64:  # wrap as numpy and onnxruntime do: via i64, then truncate
                 f = self.declare(f"llvm.fptosi.sat.i64.{_FSUFFIX[src.name]}", I64, [st])
                 return b.trunc(b.call(f, [v]), dt)
             kind = "fptosi" if dst.is_signed else "fptoui"
-            f = self.declare(f"llvm.{kind}.sat.i{dst.bitwidth}.{_FSUFFIX[src.name]}", dt, [st])
+            f = self.declare(f"llvm.{kind}.sat.i{dt.width}.{_FSUFFIX[src.name]}", dt, [st])
             return b.call(f, [v])
         if dst.is_float:
             return b.sitofp(v, dt) if src.is_signed else b.uitofp(v, dt)
-        if src.bitwidth == dst.bitwidth:
+        # integers: the LLVM widths decide (index may be i32, :func:`index_bits`)
+        if st.width == dt.width:
             return v
-        if dst.bitwidth < src.bitwidth:
+        if dt.width < st.width:
             return b.trunc(v, dt)
         return b.sext(v, dt) if src.is_signed else b.zext(v, dt)
 
@@ -670,8 +707,9 @@ class ScalarEmitter:
                 return self.intrinsic("pow", t, [x, y])
         else:
             simple = {"add": b.add, "sub": b.sub, "mul": b.mul}
-            if name in simple:
-                return simple[name](x, y)
+            if name in simple:   # a 32-bit index never wraps (module docstring): nsw
+                narrow_index = t == INDEX and x.type.width < 64
+                return simple[name](x, y, flags=["nsw"] if narrow_index else ())
             if name == "div":
                 return self._int_div(x, y, t)
             if name in ("max", "min"):
@@ -800,13 +838,14 @@ class ScalarEmitter:
         """The reference's shift: an amount outside [0, bits) (unsigned compare) gives 0, or the
         sign fill for a signed right shift, where LLVM's would be poison."""
         b = self.b
-        bad = b.icmp_unsigned(">=", y, ir.Constant(y.type, t.bitwidth))
+        bits = x.type.width   # (t's, but index may be i32)
+        bad = b.icmp_unsigned(">=", y, ir.Constant(y.type, bits))
         safe = b.select(bad, ir.Constant(y.type, 0), y)
         if name == "shl":
             return b.select(bad, ir.Constant(x.type, 0), b.shl(x, safe))
         if not t.is_signed:
             return b.select(bad, ir.Constant(x.type, 0), b.lshr(x, safe))
-        return b.select(bad, b.ashr(x, ir.Constant(x.type, t.bitwidth - 1)), b.ashr(x, safe))
+        return b.select(bad, b.ashr(x, ir.Constant(x.type, bits - 1)), b.ashr(x, safe))
 
     def _int_rem(self, x, y, t: ScalarType):
         """C's ``%`` with the reference's answers where ``srem``/``urem`` are undefined: a zero
@@ -825,11 +864,12 @@ class ScalarEmitter:
         b = self.b
         ty = x.type
         result, base = ir.Constant(ty, 1), x
-        for k in range(t.bitwidth):
-            mask = ir.Constant(ty, (1 << k) - (1 << t.bitwidth if k == t.bitwidth - 1 else 0))
+        bits = ty.width   # (t's, but index may be i32)
+        for k in range(bits):
+            mask = ir.Constant(ty, (1 << k) - (1 << bits if k == bits - 1 else 0))
             bit = b.icmp_unsigned("!=", b.and_(y, mask), ir.Constant(ty, 0))
             result = b.select(bit, b.mul(result, base), result)
-            if k + 1 < t.bitwidth:
+            if k + 1 < bits:
                 base = b.mul(base, base)
         if t.is_signed:
             negative = b.icmp_signed("<", y, ir.Constant(ty, 0))

@@ -77,7 +77,7 @@ from ..dialects.func import arg_names, func_body, get_func
 from ..dialects.loop import output_names
 from ..errors import CompileError
 from ..ir.core import BlockArgument, Operation, Value
-from ..ir.types import BufferType
+from ..ir.types import INDEX, BufferType
 from ..rewrite.provenance import nodes_of
 from . import llvm_tensorcore, llvm_wgmma
 from .kernel_key import launch_key
@@ -85,7 +85,7 @@ from .llvm_kernel import (DYNAMIC_SHARED, STATIC_SHARED_LIMIT, _ERROR, _GpuKerne
                           _Kernel, _root)
 from .kernel_table import ERROR_SLOT, BufferSlot, KernelInfo, KernelTable, LLVMProgram  # noqa: F401
 from .llvm_fold import FoldingBuilder
-from .llvm_scalar import I64, ScalarEmitter, align_of, memory_type, storable
+from .llvm_scalar import I64, ScalarEmitter, align_of, index_bits, memory_type, storable
 
 _ARITH = {"constant", "add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "neg",
           "not", "cmp", "select", "cast", "round_tf32", "xor", "shl", "shr", "rem", "bit_and",
@@ -336,6 +336,34 @@ def _static_shared_padded(m: ir.Module, kernels: list) -> list:
             if k.shared_bytes and not k.dynamic_shared else k for k in kernels]
 
 
+#: a 32-bit index serves a launch whose buffers all hold fewer elements than this: every
+#: element offset and every index value the kernel computes from in-bounds coordinates then
+#: stays far inside i32 (a 2x margin for the one-tile-past-the-end offsets a guarded copy may
+#: form before its predicate drops it)
+INDEX32_MAX_SPAN = 1 << 30
+
+
+def launch_index_bits(op: Operation, roots: list, tops: list = ()) -> int:
+    """The width of ``index`` in launch ``op`` over root buffers ``roots``: 32 where the
+    launch asks (``index_bits = 32``, the mma schedules') and every buffer it touches, global
+    or shared, spans fewer than :data:`INDEX32_MAX_SPAN` elements, and no index comes from a
+    wider integer, a float or memory (a value read from a tensor could be anything), in the
+    launch or the top-level scalars ``tops`` it reads; else 64."""
+    if op.attributes.get("index_bits", 64) != 32:
+        return 64
+    spans = [r.type.span for r in roots if r is not _ERROR]
+    for o in [*tops, *op.walk()]:
+        if o.name == "gpu.shared":
+            spans.append(o.results[0].type.span)
+        elif o.name == "loop.load" and o.results[0].type == INDEX:
+            return 64
+        elif o.name == "arith.cast" and o.results[0].type == INDEX:
+            src = o.operands[0].type
+            if src != INDEX and (src.is_float or src.bitwidth > 32):
+                return 64
+    return 32 if all(n < INDEX32_MAX_SPAN for n in spans) else 64
+
+
 def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
                  slots: list, check_ids: dict, seen: dict, twins: dict) -> KernelInfo:
     roots: list[Value] = []
@@ -371,11 +399,12 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
             ranges = None if op.attributes.get("schedule") in ("mma", "wgmma") else {
                 "gpu.block_id": tuple(op.attributes["grid"]),
                 "gpu.thread_id": tuple(op.attributes["block"])}
-            k = _GpuKernel(m, name, roots, tops, dynamic=dynamic, check_ids=check_ids,
-                           id_ranges=ranges, pdl=bool(op.attributes.get("pdl", False)),
-                           waits=any(o.name == "gpu.grid_wait" for o in op.walk()))
-            k.block(op.regions[0].blocks[0], [])
-            k.finish()
+            with index_bits(launch_index_bits(op, roots, tops)):
+                k = _GpuKernel(m, name, roots, tops, dynamic=dynamic, check_ids=check_ids,
+                               id_ranges=ranges, pdl=bool(op.attributes.get("pdl", False)),
+                               waits=any(o.name == "gpu.grid_wait" for o in op.walk()))
+                k.block(op.regions[0].blocks[0], [])
+                k.finish()
             shared, dynamic_shared = k.shared_bytes, k.shared_bytes if dynamic else 0
         info = KernelInfo(name, tuple(slot_of[r] for r in roots), 1, False, _op_work(op),
                           op.loc, grid=tuple(op.attributes["grid"]),
