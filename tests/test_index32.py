@@ -89,6 +89,26 @@ def test_32_bits_only_where_every_buffer_is_small(monkeypatch):
     assert re.search(r"phi\s+i64 ", text) and not re.search(r"phi\s+i32 ", text)
 
 
+def test_twin_launches_over_buffers_of_different_sizes_keep_their_own_widths(monkeypatch):
+    """Two launches of the same code over equal views (made outside them) of a small and a
+    large buffer: the emission shares one kernel's code between launches that key alike, and
+    the width (which the views' types do not show) is part of that key."""
+    def body(b, small, large, y0, y1):
+        for src, y in ((small, y0), (large, y1)):
+            v = b.create("loop.view", [src], {"shape": (64,), "strides": (1,)}).result
+            launch, k = gpu.launch_op(b, (1, 1, 1), (64, 1, 1), "handmade")
+            launch.attributes["index_bits"] = 32
+            t = gpu.thread_id(k, 0)
+            store(k, load(k, v, t), y, t)
+    m = module({"small": buf((64,), F16), "large": buf((4096,), F16), "y0": buf((64,), F16),
+                "y1": buf((64,), F16)}, ["y0", "y1"], body)
+    monkeypatch.setattr(loop_to_llvm, "INDEX32_MAX_SPAN", 1024)
+    prog = lower_loop_to_llvm(m, target="nvptx")
+    assert not prog.twins
+    k0, k1 = prog.text.split("define ptx_kernel")[1:3]
+    assert "sext i32" in k0 and "sext i32" not in k1
+
+
 def test_an_index_from_a_wider_integer_keeps_64_bits():
     text = _kernel_text(rows_launch(32, wide_cast=True)[0])
     assert re.search(r"phi\s+i64 ", text) and not re.search(r"phi\s+i32 ", text)

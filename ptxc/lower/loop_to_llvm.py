@@ -383,7 +383,10 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
     if op.name == "gpu.launch":
         from ..dialects.gpu import shared_bytes
         name = f"kernel_{index}"
-        key = launch_key(op, roots, tops, check_ids, _root)
+        bits = launch_index_bits(op, roots, tops)
+        # (the width depends on the roots' spans, which the key does not hold: views of
+        # differently sized buffers may key alike)
+        key = (bits, launch_key(op, roots, tops, check_ids, _root))
         first = seen.get(key)
         if first is not None:  # the same code as an earlier kernel: declared here only
             twins[name] = first.name
@@ -399,7 +402,7 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
             ranges = None if op.attributes.get("schedule") in ("mma", "wgmma") else {
                 "gpu.block_id": tuple(op.attributes["grid"]),
                 "gpu.thread_id": tuple(op.attributes["block"])}
-            with index_bits(launch_index_bits(op, roots, tops)):
+            with index_bits(bits):
                 k = _GpuKernel(m, name, roots, tops, dynamic=dynamic, check_ids=check_ids,
                                id_ranges=ranges, pdl=bool(op.attributes.get("pdl", False)),
                                waits=any(o.name == "gpu.grid_wait" for o in op.walk()))
