@@ -19,7 +19,8 @@ echo "== int8 gpu tests"
 timeout -s INT -k 15 "${TESTS_TIMEOUT:-150}" "$PY" -m pytest -m gpu -q -p no:cacheprovider \
   -o addopts="" -rfE $("$PY" -c "import xdist" 2>/dev/null && echo "-n 8") \
   tests/test_gpu_map_mma_int8.py tests/test_nan_free_rounding.py tests/test_accumulator_bound.py \
-  tests/test_gpu_map_mma_m_tiles.py tests/test_gpu_map_mma_flat_m.py >"$OUT/int8_gpu_tests.log" 2>&1
+  tests/test_gpu_map_mma_m_tiles.py tests/test_gpu_map_mma_flat_m.py tests/test_index32.py \
+  >"$OUT/int8_gpu_tests.log" 2>&1
 echo "exit $?"; tail -5 "$OUT/int8_gpu_tests.log"
 echo "== int8 GEMM vs torch._int_mm"
 timeout -s INT -k 15 "${GEMM_TIMEOUT:-120}" "$PY" bench/gemm.py --precision int8 --out "$OUT" \
