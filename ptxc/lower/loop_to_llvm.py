@@ -31,7 +31,8 @@ map-to-gpu). Launch ``N`` becomes::
 over the same root buffers as on the CPU, in the same order, and no range arguments: the body
 runs once per thread, the launch's ``grid``/``block`` (in :class:`KernelInfo`) say how many.
 ``gpu.block_id``/``gpu.thread_id`` read the ``ctaid``/``tid`` special registers (i32,
-zero-extended to ``index``); ``gpu.barrier`` is ``llvm.nvvm.barrier.cta.sync.aligned.all(0)``
+zero-extended to ``index``; ``index`` is i32 itself in a launch :func:`launch_index_bits` grants
+32 bits); ``gpu.barrier`` is ``llvm.nvvm.barrier.cta.sync.aligned.all(0)``
 (``bar.sync 0``; LLVM 22's name, ``barrier0`` is only auto-upgraded), ``gpu.warp_barrier``
 ``llvm.nvvm.bar.warp.sync(-1)``; a ``gpu.shared`` buffer is
 an ``internal addrspace(3)`` array per kernel, aligned 16; ``loop.if`` is a conditional branch;
