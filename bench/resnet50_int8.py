@@ -329,8 +329,9 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=1,
                     help="time every compiled engine this many times in turn, interleaved "
                          "(ms: the median of the rounds' medians)")
-    ap.add_argument("--epilogues", default="fragment",
-                    help="with --gpu: mma epilogues to compare, e.g. fragment,staged")
+    ap.add_argument("--epilogues",
+                    help="with --gpu: mma epilogues to compare, e.g. fragment,staged (default: "
+                         "map-to-gpu's, mma_epilogue.DEFAULT_EPILOGUE)")
     ap.add_argument("--profile", action="store_true",
                     help="with --gpu: each kernel's device time (ptxc.tools.profile) per precision")
     ap.add_argument("--variant", action="append",
@@ -344,7 +345,8 @@ def main(argv=None):
                     help="with --variant: the precisions that run the variants, e.g. int8 "
                          "(default: all of --precisions; the '' variant runs for all)")
     args = ap.parse_args(argv)
-    from ptxc.lower.gpu_map.mma_epilogue import EPILOGUES
+    from ptxc.lower.gpu_map.mma_epilogue import DEFAULT_EPILOGUE, EPILOGUES
+    args.epilogues = args.epilogues or DEFAULT_EPILOGUE   # a plain run times what users get
     bad = [e for e in args.epilogues.split(",") if e not in EPILOGUES]
     if bad:
         ap.error(f"--epilogues: {', '.join(bad)}: the epilogues are {', '.join(EPILOGUES)}")
