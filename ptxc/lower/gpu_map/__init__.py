@@ -212,6 +212,10 @@ class MapToGpu(Pass):
     and the placement of its blocks overlap that kernel's tail (:func:`pdl_enabled`).
     ``pdl-early-weights`` (``true``): there, an mma or wgmma kernel copies the first K tiles
     of its constant operand (the weights) before it waits (mma._Builder._prologue).
+    ``mma-wave-tiles`` (``false``; not yet timed): among the mma tiles within PAD_SLACK, the
+    one whose grid fills whole waves of the CTAs an SM holds (mma.wave_cost) instead of the
+    largest: ResNet-50 b32's layer-3 conv3 + residual kernels then run 784 CTAs of 128 x 64
+    at three per SM (1.98 waves) instead of 392 of 128 x 128 at two (1.48 waves).
     ``index32`` (``true``): mma and wgmma launches ask for 32-bit index arithmetic
     (gpu.launch ``index_bits``, granted where every buffer is small enough; not the mma
     kernels with flat-row accesses, mma.INDEX32): a tenth less SASS in ResNet-50 b32's
@@ -283,6 +287,7 @@ class MapToGpu(Pass):
     pdl: bool = True
     pdl_early_weights: bool = True
     index32: bool = mma.INDEX32
+    mma_wave_tiles: bool = False
     wgmma_tiles: tuple[str, ...] = attrs.field(default=(), converter=tuple,
                                                validator=_check_wgmma_tiles)
     wgmma_copies: str = attrs.field(default=_DEFAULT_WGMMA_COPIES,
