@@ -8,7 +8,9 @@
 #
 # Files: int8_gpu_tests.log, gemm_int8.log + gemm_int8.json, resnet50_int8_gpu.log +
 # resnet50_int8_gpu.json. Time limits (seconds, environment): TESTS_TIMEOUT (150), GEMM_TIMEOUT
-# (120), RESNET_TIMEOUT (300): together under a 10-minute call.
+# (120), RESNET_TIMEOUT (300): together under a 10-minute call. RESNET_VARIANT (e.g.
+# "mma-wave-tiles=true"): ResNet-50 also compiled with those map-to-gpu options, timed in the
+# same rounds as the defaults (bench/resnet50_int8.py --variant; give RESNET_TIMEOUT more).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-./bench_out}
@@ -27,6 +29,8 @@ timeout -s INT -k 15 "${GEMM_TIMEOUT:-120}" "$PY" bench/gemm.py --precision int8
   --shapes 4096x4096x4096,4096x768x3072,128x768x768 >"$OUT/gemm_int8.log" 2>&1
 echo "exit $?"; cat "$OUT/gemm_int8.log" | tail -8
 echo "== ResNet-50 batch 32: int8 vs fp16 (ptxc, cuda, nhwc)"
+VARIANTS=()
+[ -n "${RESNET_VARIANT:-}" ] && VARIANTS=(--variant "" --variant "$RESNET_VARIANT")
 timeout -s INT -k 15 "${RESNET_TIMEOUT:-300}" "$PY" bench/resnet50_int8.py --gpu --batch 32 \
-  --rounds 7 >"$OUT/resnet50_int8_gpu.log" 2>&1
+  --rounds 7 "${VARIANTS[@]}" >"$OUT/resnet50_int8_gpu.log" 2>&1
 echo "exit $?"; grep -E "^== |int8 / fp16|Error" "$OUT/resnet50_int8_gpu.log" | cut -c1-600
