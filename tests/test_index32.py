@@ -19,7 +19,7 @@ from ptxc.dialects import gpu
 from ptxc.dialects.loop import for_loop, if_op, run_main
 from ptxc.errors import VerifyError
 from ptxc.ir import verify
-from ptxc.ir.types import F16, I32, I64, INDEX
+from ptxc.ir.types import F16, F32, I32, I64, INDEX, ScalarType
 from ptxc.lower import loop_to_llvm
 from ptxc.lower.gpu_map import mma_prefetch
 from ptxc.lower.llvm_kernel import pow2_divisor
@@ -36,10 +36,11 @@ def idx(b, v):
     return c(b, v, INDEX)
 
 
-def rows_launch(index_bits=32, rows=6, cols=8, block=32, wide_cast=False):
+def rows_launch(index_bits=32, rows=6, cols=8, block=32, wide_cast=None):
     """``y[r, 4 t + j] = x[r, 4 t + j] * 2`` for each thread t of a block, rows r in a loop.for,
     the four j unrolled: the offsets ``r * stride + 4 t + j`` are what a tile epilogue forms.
-    ``wide_cast``: the row also goes through an i64 -> index cast (a value of a tensor)."""
+    ``wide_cast`` (a scalar type): the row also goes through a cast to it and back to index (a
+    value of a tensor)."""
     n = block * 4
 
     def body(b, x, y):
@@ -49,7 +50,7 @@ def rows_launch(index_bits=32, rows=6, cols=8, block=32, wide_cast=False):
         t = gpu.thread_id(k, 0)
         _, lb, r = for_loop(k, 0, rows)[:3]
         if wide_cast:
-            r = op(lb, "arith.cast", op(lb, "arith.cast", r, to=I64), to=INDEX)
+            r = op(lb, "arith.cast", op(lb, "arith.cast", r, to=wide_cast), to=INDEX)
         base = op(lb, "arith.mul", t, idx(lb, 4))
         for j in range(4):
             col = op(lb, "arith.add", base, idx(lb, j))
@@ -109,9 +110,12 @@ def test_twin_launches_over_buffers_of_different_sizes_keep_their_own_widths(mon
     assert "sext i32" in k0 and "sext i32" not in k1
 
 
-def test_an_index_from_a_wider_integer_keeps_64_bits():
-    text = _kernel_text(rows_launch(32, wide_cast=True)[0])
-    assert re.search(r"phi\s+i64 ", text) and not re.search(r"phi\s+i32 ", text)
+@pytest.mark.parametrize("via, bits", [(I64, 64), (ScalarType("ui32"), 64), (F32, 64),
+                                       (I32, 32), (ScalarType("ui16"), 32)])
+def test_an_index_from_a_wider_integer_keeps_64_bits(via, bits):
+    """i64, ui32 (over 2**31: no i32) and float sources keep 64 bits; i32 and narrower do not."""
+    text = _kernel_text(rows_launch(32, wide_cast=via)[0])
+    assert re.search(rf"phi\s+i{bits} ", text) and not re.search(rf"phi\s+i{96 - bits} ", text)
 
 
 @needs_ptxas

@@ -348,8 +348,8 @@ def launch_index_bits(op: Operation, roots: list, tops: list = ()) -> int:
     """The width of ``index`` in launch ``op`` over root buffers ``roots``: 32 where the
     launch asks (``index_bits = 32``, the mma schedules') and every buffer it touches, global
     or shared, spans fewer than :data:`INDEX32_MAX_SPAN` elements, and no index comes from a
-    wider integer, a float or memory (a value read from a tensor could be anything), in the
-    launch or the top-level scalars ``tops`` it reads; else 64."""
+    wider integer (or a ui32), a float or memory (a value read from a tensor could be
+    anything), in the launch or the top-level scalars ``tops`` it reads; else 64."""
     if op.attributes.get("index_bits", 64) != 32:
         return 64
     spans = [r.type.span for r in roots if r is not _ERROR]
@@ -360,8 +360,9 @@ def launch_index_bits(op: Operation, roots: list, tops: list = ()) -> int:
             return 64
         elif o.name == "arith.cast" and o.results[0].type == INDEX:
             src = o.operands[0].type
-            if src != INDEX and (src.is_float or src.bitwidth > 32):
-                return 64
+            if src != INDEX and (src.is_float or src.bitwidth > 32 or
+                                 (src.bitwidth == 32 and not src.is_signed)):
+                return 64   # (a ui32 over 2**31 is no i32)
     return 32 if all(n < INDEX32_MAX_SPAN for n in spans) else 64
 
 
