@@ -390,8 +390,7 @@ def pow2_divisor_of_offset(t: BufferType, indices: list, cache: dict) -> int:
     d = _pow2(t.offset)
     for i, s in zip(indices, t.strides):
         if s:
-            di = _pow2(i) if isinstance(i, (int, np.integer)) else pow2_divisor(i, cache)
-            d = min(d, POW2_CAP if di * _pow2(s) > POW2_CAP else di * _pow2(s))
+            d = min(d, pow2_divisor(i, cache) * _pow2(s))
     return d
 
 

@@ -917,14 +917,13 @@ def schedule(op: Operation, options=None) -> Operation | None:
         if index32:
             launch.attributes["index_bits"] = 32
         return launch
+    epilogue = getattr(options, "mma_epilogue", mma_epilogue.DEFAULT_EPILOGUE)
     cfg = choose(c, parse_tiles(getattr(options, "mma_tiles", ())),
                  getattr(options, "mma_stages", 0) or default_stages(c),
                  getattr(options, "mma_deep_k", 0) or DEEP_K,
-                 getattr(options, "mma_wave_tiles", False),
-                 getattr(options, "mma_epilogue", mma_epilogue.DEFAULT_EPILOGUE))
+                 getattr(options, "mma_wave_tiles", False), epilogue)
     if cfg is None:
         return None
-    epilogue = getattr(options, "mma_epilogue", mma_epilogue.DEFAULT_EPILOGUE)
     if epilogue != cfg.epilogue and valid(c, staged := attrs.evolve(cfg, epilogue=epilogue)):
         cfg = staged
     if not getattr(options, "mma_epilogue_tiles", True):
