@@ -216,7 +216,9 @@ def gpu_main(args) -> int:
                 kw["calibration"] = tables[cal]
                 row["calibration_s"] = round(time.perf_counter() - t0, 1)
             t0 = time.perf_counter()
-            with bench_gpu.map_options(f"mma-epilogue={epilogue} {map_opts}".strip()), \
+            if "mma-epilogue=" not in map_opts:   # a variant may name its own epilogue
+                map_opts = f"mma-epilogue={epilogue} {map_opts}".strip()
+            with bench_gpu.map_options(map_opts), \
                     bench_gpu.cuda_pipeline("layout", _layout_edit(channels, STEM_7X7 in words)):
                 engine = ptxc.compile(model_proto, target="cuda", **kw)
             row["compile_s"] = round(time.perf_counter() - t0, 1)

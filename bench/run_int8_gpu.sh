@@ -8,9 +8,10 @@
 #
 # Files: int8_gpu_tests.log, gemm_int8.log + gemm_int8.json, resnet50_int8_gpu.log +
 # resnet50_int8_gpu.json. Time limits (seconds, environment): TESTS_TIMEOUT (150), GEMM_TIMEOUT
-# (120), RESNET_TIMEOUT (300): together under a 10-minute call. RESNET_VARIANT (e.g.
-# "mma-wave-tiles=true"): ResNet-50 also compiled with those map-to-gpu options, timed in the
-# same rounds as the defaults (bench/resnet50_int8.py --variant; give RESNET_TIMEOUT more).
+# (120), RESNET_TIMEOUT (300): together under a 10-minute call; RESNET_ROUNDS (7). RESNET_VARIANT (e.g.
+# "mma-wave-tiles=true", several separated by ';'): ResNet-50 also compiled with those
+# map-to-gpu options, timed in the same rounds as the defaults (bench/resnet50_int8.py
+# --variant; give RESNET_TIMEOUT more).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-./bench_out}
@@ -22,6 +23,7 @@ timeout -s INT -k 15 "${TESTS_TIMEOUT:-150}" "$PY" -m pytest -m gpu -q -p no:cac
   -o addopts="" -rfE $("$PY" -c "import xdist" 2>/dev/null && echo "-n 8") \
   tests/test_gpu_map_mma_int8.py tests/test_nan_free_rounding.py tests/test_accumulator_bound.py \
   tests/test_gpu_map_mma_m_tiles.py tests/test_gpu_map_mma_flat_m.py tests/test_index32.py \
+  tests/test_cp_async_l1.py \
   >"$OUT/int8_gpu_tests.log" 2>&1
 echo "exit $?"; tail -5 "$OUT/int8_gpu_tests.log"
 echo "== int8 GEMM vs torch._int_mm"
@@ -30,7 +32,11 @@ timeout -s INT -k 15 "${GEMM_TIMEOUT:-120}" "$PY" bench/gemm.py --precision int8
 echo "exit $?"; cat "$OUT/gemm_int8.log" | tail -8
 echo "== ResNet-50 batch 32: int8 vs fp16 (ptxc, cuda, nhwc)"
 VARIANTS=()
-[ -n "${RESNET_VARIANT:-}" ] && VARIANTS=(--variant "" --variant "$RESNET_VARIANT")
+if [ -n "${RESNET_VARIANT:-}" ]; then   # several: separated by ';'
+  VARIANTS=(--variant "")
+  IFS=';' read -ra _vs <<< "$RESNET_VARIANT"
+  for v in "${_vs[@]}"; do VARIANTS+=(--variant "$v"); done
+fi
 timeout -s INT -k 15 "${RESNET_TIMEOUT:-300}" "$PY" bench/resnet50_int8.py --gpu --batch 32 \
-  --rounds 7 "${VARIANTS[@]}" >"$OUT/resnet50_int8_gpu.log" 2>&1
+  --rounds "${RESNET_ROUNDS:-7}" "${VARIANTS[@]}" >"$OUT/resnet50_int8_gpu.log" 2>&1
 echo "exit $?"; grep -E "^== |int8 / fp16|Error" "$OUT/resnet50_int8_gpu.log" | cut -c1-600

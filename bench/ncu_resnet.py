@@ -1,0 +1,129 @@
+"""Nsight Compute on chosen kernels of ResNet-50 b32 (torchvision, random weights, NHWC, cuda),
+int8 and fp16: the diagnostic behind the "why is this kernel latency-bound" questions of
+issue 10 (stalls, occupancy, DRAM and SM throughput), which CUDA events cannot answer.
+
+Two steps, the first compiling in parallel processes (bench/kernel_variants.py's workers) so
+the profiler wraps only the runs:
+
+    PYTHONPATH=. python3 bench/ncu_resnet.py compile --dir /tmp/plans [--variant OPTS]
+    ncu --clock-control none --nvtx --nvtx-include "ptxc-kernels/" \\
+        --kernel-name regex:'^kernel_(2|13|14)$' --section SpeedOfLight ... \\
+        python3 bench/ncu_resnet.py run --plan /tmp/plans/int8.plan
+
+``run`` loads the plan, runs it once on random input (module load, graph capture), then
+launches its kernels one by one (``program.kernel_times``, no graph) inside the NVTX range
+``ptxc-kernels``: the profiler's filter picks those launches only. ``compile`` also writes
+``kernels.json`` (each kernel's name, schedule, tile, ONNX nodes) beside the plans, to read
+the profiler's kernel names against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import importlib.util
+import json
+import multiprocessing
+import os
+import pickle
+import sys
+
+import numpy as np
+
+#: the kernels profiled by default: the stem and the second block of each layer
+NODES = ",".join(["/conv1/Conv"] + [f"/layer{i}/layer{i}.1/conv{j}/Conv" for i in (1, 2, 3, 4)
+                                     for j in (1, 2, 3)])
+#: without those names: the kernels at these positions (ResNet-50 b32 NHWC: the stem, layer 1's
+#: conv1 and conv3 + residual, layer 2's conv1 and conv3, layer 3's conv1, layer 4's 3x3)
+FALLBACK = (2, 13, 14, 23, 26, 43, 65)
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def compile_plans(args) -> int:
+    import torch
+
+    from ptxc.calib import calibrate
+    from ptxc.driver.plan import device_arch
+    bench_gpu, variants = _load("gpu"), _load("kernel_variants")
+    os.makedirs(args.dir, exist_ok=True)
+    model, x = bench_gpu.build_model("resnet50", args.batch)
+    model_path = os.path.join(args.dir, "resnet50.onnx")
+    proto, _ = bench_gpu.export_onnx(model, x, model_path)
+    calib_path = os.path.join(args.dir, "calib.pkl")
+    with open(calib_path, "wb") as f:
+        pickle.dump(calibrate(proto, [{"x": x.cpu().numpy()}], "percentile"), f)
+    np.save(os.path.join(args.dir, "x.npy"), x.cpu().numpy())
+    del torch
+    arch = device_arch()
+    jobs = {p: os.path.join(args.dir, f"{p}.plan") for p in args.precisions.split(",")}
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(len(jobs), mp_context=ctx) as ex:
+        futures = {p: ex.submit(variants.compile_one, model_path, calib_path, p, args.variant,
+                                path, arch) for p, path in jobs.items()}
+        for p, fut in futures.items():
+            print(p, fut.result(), flush=True)
+    import ptxc
+    table = {}
+    for p, path in jobs.items():
+        engine = ptxc.load(path)
+        table[p] = [{"name": k.name, "schedule": k.schedule, "tile": getattr(k, "tile", None),
+                     "nodes": list(k.nodes or [])} for k in engine.kernels.kernels]
+        # the kernels computing the chosen ONNX nodes, as ncu's --kernel-name filter
+        wanted = set(args.nodes.split(","))
+        names = [k["name"] for k in table[p]
+                 if k["schedule"] != "pointwise" and wanted & set(k["nodes"])]
+        if not names:   # another exporter's node names: the same layers by kernel position
+            print(p, "no kernel computes", sorted(wanted)[:3], "...; kernels' nodes:",
+                  [k["nodes"][:2] for k in table[p][:6]], flush=True)
+            names = [f"kernel_{i}" for i in FALLBACK]
+        with open(os.path.join(args.dir, f"{p}.regex"), "w") as f:
+            f.write(f"regex:^({'|'.join(names)})$")
+        print(p, "profiled:", names, flush=True)
+    with open(os.path.join(args.dir, "kernels.json"), "w") as f:
+        json.dump(table, f, indent=1)
+    return 0
+
+
+def run_plan(args) -> int:
+    import torch
+
+    import ptxc
+    engine = ptxc.load(args.plan)
+    xn = np.load(os.path.join(os.path.dirname(args.plan), "x.npy"))
+    engine.run_device({"x": torch.from_numpy(xn).cuda()})
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push("ptxc-kernels")
+    times = engine.program.kernel_times({"x": xn})
+    torch.cuda.nvtx.range_pop()
+    for k, (_, ms) in zip(engine.kernels.kernels, times):
+        print(f"{k.name:10s} {ms * 1e3:8.1f} us  {getattr(k, 'tile', None) or k.schedule}")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("compile")
+    c.add_argument("--dir", required=True)
+    c.add_argument("--precisions", default="int8,fp16")
+    c.add_argument("--batch", type=int, default=32)
+    c.add_argument("--variant", default="", help="map-to-gpu options")
+    c.add_argument("--nodes", default=NODES,
+                   help="comma-separated ONNX node names (or their prefixes) whose kernels the "
+                        "<precision>.regex filter names")
+    r = sub.add_parser("run")
+    r.add_argument("--plan", required=True)
+    args = ap.parse_args(argv)
+    return compile_plans(args) if args.cmd == "compile" else run_plan(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
