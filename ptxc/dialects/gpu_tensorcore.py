@@ -270,17 +270,13 @@ class CpAsync(OpSpec):
     dim from a global buffer at ``src_indices`` to a ``gpu.shared`` buffer at ``dst_indices``;
     where ``pred`` is false, zeros are written and nothing is read (``src-size = 0``, so the
     source address need not be valid). Both addresses must be aligned to ``bytes``. The copy is
-    asynchronous: its data may be read only after ``gpu.cp_async_wait`` and a barrier.
-    ``l1`` (a cache hint, no change to the result): keep the copied lines in the SM's L1 as
-    well as L2 (PTX ``cp.async.ca``), for a source that other copies of the same SM read again
-    (a convolution's overlapping windows); without it a 16-byte copy goes through L2 only
-    (``cp.async.cg``; 4- and 8-byte copies have only the ``ca`` form)."""
+    asynchronous: its data may be read only after ``gpu.cp_async_wait`` and a barrier."""
 
     name = "gpu.cp_async"
     operands = ("source", Operand("src_indices", variadic=True), "dest",
                 Operand("dst_indices", variadic=True), "pred")
     results = ()
-    attributes = {"bytes": Attr("int", required=True), "l1": Attr("bool")}
+    attributes = {"bytes": Attr("int", required=True)}
 
     def infer_types(self, op):
         return []

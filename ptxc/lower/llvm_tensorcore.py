@@ -133,7 +133,7 @@ def _cp_async(k, op: Operation) -> None:
     dst = k.address(g["dest"], g["dst_indices"])
     src = k.address(g["source"], g["src_indices"])
     size = k.b.select(k.vals[g["pred"]], ir.Constant(I32, n), ir.Constant(I32, 0))
-    kind = "cg" if n == 16 and not op.attr("l1") else "ca"
+    kind = "cg" if n == 16 else "ca"
     f = k.declare(f"llvm.nvvm.cp.async.{kind}.shared.global.{n}.s", ir.VoidType(),
                   [_ptr(dst), _ptr(src), I32])
     k.b.call(f, [dst, src, size])

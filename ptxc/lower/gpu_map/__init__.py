@@ -220,10 +220,6 @@ class MapToGpu(Pass):
     (gpu.launch ``index_bits``, granted where every buffer is small enough; not the mma
     kernels with flat-row accesses, mma.INDEX32): a tenth less SASS in ResNet-50 b32's
     tensor-core kernels; ``false`` keeps 64 bits (for timing runs).
-    ``cp-async-l1`` (``false``; not yet timed): the mma and wgmma K-tile copies of an operand
-    that other copies read again (mma.rereads: a convolution's overlapping windows) keep their
-    lines in L1 (gpu.cp_async ``l1``, PTX ``cp.async.ca``) instead of going through L2 only:
-    ResNet-50's space-to-depth stem reads each input pixel 15 times, its 3 x 3 convs 9.
 
     Before:
         "builtin.module"() ({
@@ -292,7 +288,6 @@ class MapToGpu(Pass):
     pdl_early_weights: bool = True
     index32: bool = mma.INDEX32
     mma_wave_tiles: bool = False
-    cp_async_l1: bool = False
     wgmma_tiles: tuple[str, ...] = attrs.field(default=(), converter=tuple,
                                                validator=_check_wgmma_tiles)
     wgmma_copies: str = attrs.field(default=_DEFAULT_WGMMA_COPIES,

@@ -454,11 +454,8 @@ class _Builder:
     """Writes the launch of one contraction (the module docstring's pseudo-code)."""
 
     def __init__(self, c: Contraction, cfg: Config, flat_m: bool = False,
-                 early_weights: bool = False, l1: bool = False):
+                 early_weights: bool = False):
         self.c, self.cfg = c, cfg
-        #: the operands whose copies keep their lines in L1 (gpu.cp_async ``l1``; map-to-gpu's
-        #: ``cp-async-l1``): those read again by other copies (:func:`rereads`)
-        self.l1 = {id(x) for x in (c.a, c.b) if l1 and rereads(c, x) >= L1_REREADS}
         #: the constant operands (weights), whose first stages are copied before the launch's
         #: gpu.grid_wait (:meth:`_prologue`): a pdl launch reads them during the previous
         #: kernel's tail
@@ -668,8 +665,7 @@ class _Builder:
             lin = _linear(b, x, self._operand_syms(b, x, mn_c, k_c))
             col = self._swizzle(b, x, r, col)
             b.create("gpu.cp_async", [self.flat[id(x)], [lin], self.s[id(x)], [stage, r, col],
-                                      pred], {"bytes": lay.chunk,
-                                              **({"l1": True} if id(x) in self.l1 else {})})
+                                      pred], {"bytes": lay.chunk})
 
     def _copy_scalar(self, b, x: Operand, stage, kt, base: Value) -> None:
         """Element by element, k fastest across threads when k is the operand's contiguous
@@ -901,23 +897,6 @@ def build_all(module: Operation, cfg: Config) -> int:
     return n
 
 
-def rereads(c: Contraction, x: Operand) -> float:
-    """How often the K-tile copies read each element of ``x``'s buffer: the operand's logical
-    elements (M or N rows of K, per batch) over the buffer's. A convolution's im2col A reads
-    each input pixel once per filter tap that covers it (a 3 x 3 conv about 9 times, ResNet-50's
-    space-to-depth stem 15); a 1 x 1 conv or a GEMM reads each element once (or less: a
-    stride-2 1 x 1 conv skips three pixels in four). The buffer's elements: the span of its
-    view (a window view's dims overlap: its shape counts each pixel once per tap)."""
-    t = x.buffer.type
-    span = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.strides))
-    rows = c.M if x is c.a else c.N
-    return rows * c.K * c.batches / min(span, math.prod(t.shape))
-
-
-#: ``cp-async-l1`` keeps in L1 the copies of operands read at least this often (:func:`rereads`)
-L1_REREADS = 2
-
-
 def schedule(op: Operation, options=None) -> Operation | None:
     """Insert the mma launch for ``op`` and return it, or None when ``op`` is not a
     reduced-precision contraction (fp32 nests go to the tiled schedule: fp32 stays fp32, and
@@ -933,9 +912,8 @@ def schedule(op: Operation, options=None) -> Operation | None:
     wcfg = wgmma.choose(c, options)
     early = getattr(options, "pdl_early_weights", True) and pdl_enabled(options)
     index32 = getattr(options, "index32", INDEX32)
-    l1 = getattr(options, "cp_async_l1", False)
     if wcfg is not None:
-        launch = wgmma.build(c, wcfg, early, l1)
+        launch = wgmma.build(c, wcfg, early)
         if index32:
             launch.attributes["index_bits"] = 32
         return launch
@@ -954,7 +932,7 @@ def schedule(op: Operation, options=None) -> Operation | None:
     flat_m = getattr(options, "mma_flat_m", True)
     if flat_m:
         c = rows_in_memory_order(c)
-    builder = _Builder(c, cfg, flat_m, early, l1)
+    builder = _Builder(c, cfg, flat_m, early)
     launch = builder.build()
     if index32 and not builder.flat_access:   # (index32's docstring: why not flat rows)
         launch.attributes["index_bits"] = 32

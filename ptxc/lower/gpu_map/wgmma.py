@@ -356,8 +356,7 @@ class _Builder(mma._Builder):
             self._guarded_point(b, m, n, lambda eb, v=v: v)
 
 
-def build(c: Contraction, cfg: Config, early_weights: bool = False,
-          l1: bool = False) -> Operation:
+def build(c: Contraction, cfg: Config, early_weights: bool = False) -> Operation:
     """The wgmma launch of ``c`` with tile ``cfg`` (inserted before its nest, which the caller
     erases); ``early_weights``: mma._Builder's."""
-    return _Builder(c, cfg, early_weights=early_weights, l1=l1).build()
+    return _Builder(c, cfg, early_weights=early_weights).build()
