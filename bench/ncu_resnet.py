@@ -6,15 +6,18 @@ Two steps, the first compiling in parallel processes (bench/kernel_variants.py's
 the profiler wraps only the runs:
 
     PYTHONPATH=. python3 bench/ncu_resnet.py compile --dir /tmp/plans [--variant OPTS]
-    ncu --clock-control none --nvtx --nvtx-include "ptxc-kernels/" \\
-        --kernel-name regex:'^kernel_(2|13|14)$' --section SpeedOfLight ... \\
+    ncu --clock-control none --kernel-name "$(cat /tmp/plans/int8.regex)" \\
+        --launch-count $(( $(tr -cd '|' < /tmp/plans/int8.regex | wc -c) + 1 )) \\
+        --section SpeedOfLight --section Occupancy --section WarpStateStats ... \\
         python3 bench/ncu_resnet.py run --plan /tmp/plans/int8.plan
 
-``run`` loads the plan, runs it once on random input (module load, graph capture), then
-launches its kernels one by one (``program.kernel_times``, no graph) inside the NVTX range
-``ptxc-kernels``: the profiler's filter picks those launches only. ``compile`` also writes
-``kernels.json`` (each kernel's name, schedule, tile, ONNX nodes) beside the plans, to read
-the profiler's kernel names against.
+``compile`` writes, beside the plans, ``<precision>.regex`` (ncu's ``--kernel-name`` filter:
+the kernels computing ``--nodes``, by default the stem and every conv of each layer's second
+block) and ``kernels.json`` (each kernel's name, schedule, tile and ONNX nodes). ``run`` loads
+a plan and runs it once (the CUDA graph: the launch count above takes each filtered kernel's
+first launch there), then launches its kernels one by one (``program.kernel_times``) inside
+the NVTX range ``ptxc-kernels`` and prints each one's time. Session 20's run is in
+bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -52,7 +55,9 @@ def compile_plans(args) -> int:
 
     from ptxc.calib import calibrate
     from ptxc.driver.plan import device_arch
-    bench_gpu, variants = _load("gpu"), _load("kernel_variants")
+    sys.path.insert(0, HERE)   # the spawned workers import compile_one by its module's name
+    import kernel_variants as variants
+    bench_gpu = _load("gpu")
     os.makedirs(args.dir, exist_ok=True)
     model, x = bench_gpu.build_model("resnet50", args.batch)
     model_path = os.path.join(args.dir, "resnet50.onnx")

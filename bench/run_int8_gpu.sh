@@ -23,7 +23,6 @@ timeout -s INT -k 15 "${TESTS_TIMEOUT:-150}" "$PY" -m pytest -m gpu -q -p no:cac
   -o addopts="" -rfE $("$PY" -c "import xdist" 2>/dev/null && echo "-n 8") \
   tests/test_gpu_map_mma_int8.py tests/test_nan_free_rounding.py tests/test_accumulator_bound.py \
   tests/test_gpu_map_mma_m_tiles.py tests/test_gpu_map_mma_flat_m.py tests/test_index32.py \
-  tests/test_cp_async_l1.py \
   >"$OUT/int8_gpu_tests.log" 2>&1
 echo "exit $?"; tail -5 "$OUT/int8_gpu_tests.log"
 echo "== int8 GEMM vs torch._int_mm"
