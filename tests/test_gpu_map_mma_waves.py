@@ -1,4 +1,4 @@
-"""Wave-aware mma tiles (map-to-gpu's ``mma-wave-tiles``, opt-in until timed; mma.wave_cost,
+"""Wave-aware mma tiles (map-to-gpu's ``mma-wave-tiles``, opt-in: timed slower; mma.wave_cost,
 mma.resident): among the tiles within PAD_SLACK, the one whose grid fills whole waves of the
 CTAs an SM holds, instead of the largest. ResNet-50 b32's shapes, as int8 GEMMs."""
 

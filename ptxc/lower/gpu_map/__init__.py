@@ -165,7 +165,8 @@ class MapToGpu(Pass):
     every mma kernel (mma_epilogue.py: accumulators staged through shared memory for coalesced
     stores; on the H200, 2026-12-02, ResNet-50 b32 fp16 took 1.89 ms staged against 2.29
     fragment; ``staged-wide``: each lane a run of up to 8 columns of one row, vector stores and
-    a quarter to a half of the row arithmetic, not yet timed).
+    a quarter to a half of the row arithmetic; slower on the H200, session 20: int8 ResNet-50
+    b32 0.780 -> 0.799 ms, fp16 1.137 -> 1.173).
     ``tiled-min-reduction``: the tiled schedule declines a nest with fewer reduction points
     (the product of its reduction loops' trips), which then goes to the pointwise schedule: a
     depthwise 3x3 convolution (9 points) gains nothing from staging its operands in shared
@@ -212,10 +213,13 @@ class MapToGpu(Pass):
     and the placement of its blocks overlap that kernel's tail (:func:`pdl_enabled`).
     ``pdl-early-weights`` (``true``): there, an mma or wgmma kernel copies the first K tiles
     of its constant operand (the weights) before it waits (mma._Builder._prologue).
-    ``mma-wave-tiles`` (``false``; not yet timed): among the mma tiles within PAD_SLACK, the
+    ``mma-wave-tiles`` (``false``; timed slower): among the mma tiles within PAD_SLACK, the
     one whose grid fills whole waves of the CTAs an SM holds (mma.wave_cost) instead of the
     largest: ResNet-50 b32's layer-3 conv3 + residual kernels then run 784 CTAs of 128 x 64
-    at three per SM (1.98 waves) instead of 392 of 128 x 128 at two (1.48 waves).
+    at three per SM (1.98 waves) instead of 392 of 128 x 128 at two (1.48 waves). On the H200
+    (session 20) those kernels ran slower (int8 14.4 -> 16.1 us, fp16 17.5 -> 20.5), the whole
+    graph int8 0.780 -> 0.798 ms, fp16 1.137 -> 1.157: the half tiles' extra operand traffic
+    outweighs the fuller waves.
     ``index32`` (``true``): mma and wgmma launches ask for 32-bit index arithmetic
     (gpu.launch ``index_bits``, granted where every buffer is small enough; not the mma
     kernels with flat-row accesses, mma.INDEX32): a tenth less SASS in ResNet-50 b32's

@@ -75,7 +75,8 @@ Decisions:
 A lane's ``v`` consecutive elements go as one vector store where LLVM's load/store vectorizer
 can prove the alignment (ResNet-50's int8 1x1 convs at WN = 32: ``st.global.v2.b8``, 2 bytes).
 
-**Wide runs** (``staged-wide``, opt-in; session 17, not yet timed): each lane reads back
+**Wide runs** (``staged-wide``, opt-in; session 17; timed slower in session 20: ResNet-50
+b32 graph int8 0.780 -> 0.799 ms, fp16 1.137 -> 1.173, the int8 stem 60.9 -> 67.9 us): each lane reads back
 ``v = min(WN / 4, 8)`` consecutive columns of a row (:data:`WIDE_RUN`; WN / v lanes per row,
 one or two rows per lane and slab), so a lane's elements are one run of 8 int8 bytes (16 of
 f16; one ``st.global.v2.b32`` / ``v4.b32``) where ``staged`` gives 2 or 4, and a lane has a
