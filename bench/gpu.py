@@ -381,6 +381,14 @@ def cuda_pipeline(stage: str, edit):
             del table[key]
 
 
+def with_epilogue(options: str, epilogue: str) -> str:
+    """map-to-gpu ``options`` with ``mma-epilogue=epilogue`` in front, unless they name their
+    own (the pipeline parser refuses an option given twice)."""
+    if "mma-epilogue=" in options:
+        return options
+    return f"mma-epilogue={epilogue} {options}".strip()
+
+
 @contextlib.contextmanager
 def map_options(options: str):
     """Compiles inside run map-to-gpu with ``options`` (pipeline-text options, space-separated:

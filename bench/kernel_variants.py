@@ -61,9 +61,7 @@ def compile_one(model_path: str, calib_path: str | None, precision: str, variant
         with open(calib_path, "rb") as f:
             kw["calibration"] = pickle.load(f)
     t0 = time.perf_counter()
-    if "mma-epilogue=" not in variant:   # a variant may name its own epilogue
-        variant = f"mma-epilogue=staged {variant}".strip()
-    with bench_gpu.map_options(variant):
+    with bench_gpu.map_options(bench_gpu.with_epilogue(variant, "staged")):
         engine = ptxc.compile(onnx.load(model_path), target="cuda", **kw)
     secs = time.perf_counter() - t0
     engine.save(plan_path)

@@ -216,9 +216,7 @@ def gpu_main(args) -> int:
                 kw["calibration"] = tables[cal]
                 row["calibration_s"] = round(time.perf_counter() - t0, 1)
             t0 = time.perf_counter()
-            if "mma-epilogue=" not in map_opts:   # a variant may name its own epilogue
-                map_opts = f"mma-epilogue={epilogue} {map_opts}".strip()
-            with bench_gpu.map_options(map_opts), \
+            with bench_gpu.map_options(bench_gpu.with_epilogue(map_opts, epilogue)), \
                     bench_gpu.cuda_pipeline("layout", _layout_edit(channels, STEM_7X7 in words)):
                 engine = ptxc.compile(model_proto, target="cuda", **kw)
             row["compile_s"] = round(time.perf_counter() - t0, 1)
