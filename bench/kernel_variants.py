@@ -5,6 +5,9 @@ the model bench/gpu.py builds) at batch 32 on the cuda target, int8 and fp16.
     OUT=out PYTHONPATH=. python3 bench/kernel_variants.py --precisions int8,fp16 \\
         --variant "" --variant "mma-stages=4" --variant "wgmma=off" ...
 
+A variant's word ``env:NAME=VALUE`` sets an environment variable in its compile's process
+(an experiment's switch, e.g. ``env:PTXC_FMA_SCALE=force``).
+
 Every (precision, variant) engine is compiled in a process of its own, ``--jobs`` at a time (a
 compile is single-threaded Python; the calibration table, computed once, and the ONNX model
 come from files), and saved as a plan. Then, one engine at a time on the GPU: a run checked
@@ -60,10 +63,22 @@ def compile_one(model_path: str, calib_path: str | None, precision: str, variant
     if precision == "int8":
         with open(calib_path, "rb") as f:
             kw["calibration"] = pickle.load(f)
-    t0 = time.perf_counter()
-    with bench_gpu.map_options(bench_gpu.with_epilogue(variant, "staged")):
-        engine = ptxc.compile(onnx.load(model_path), target="cuda", **kw)
-    secs = time.perf_counter() - t0
+    words = variant.split()
+    env = dict(w[4:].partition("=")[::2] for w in words if w.startswith("env:"))
+    variant = " ".join(w for w in words if not w.startswith("env:"))
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)    # "env:NAME=VALUE": set for this compile only (workers are reused)
+    try:
+        t0 = time.perf_counter()
+        with bench_gpu.map_options(bench_gpu.with_epilogue(variant, "staged")):
+            engine = ptxc.compile(onnx.load(model_path), target="cuda", **kw)
+        secs = time.perf_counter() - t0
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     engine.save(plan_path)
     return {"compile_s": round(secs, 1), "kernels": len(engine.kernels.kernels)}
 
