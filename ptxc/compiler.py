@@ -179,16 +179,29 @@ def graph_pipeline(graph_passes: str | None = None, precision: str = "fp32",
     """The graph stage's passes: ``graph_passes`` (default ``graph-opt``), ``extra`` (the layout
     passes), then, for a reduced ``precision``, ``lower-precision`` (last: after BN folding,
     fusion and the layout the weights are final; :mod:`ptxc.rewrite.passes.precision`).
-    Pipeline text for fp32, else a list of that text and the pass."""
+    Pipeline text for fp32, a list of passes for int8 (:func:`_own_scales`), else a list of
+    that text and the pass."""
     from .rewrite.passes.precision import LowerPrecision, check_precision
     check_precision(precision, precision_overrides)
     text = STAGE_PIPELINES["graph"] if graph_passes is None else graph_passes
     if extra:
         text = f"{text},{extra}" if text.strip() else extra
-    if precision not in ("fp16", "tf32"):  # int8: quantize_int8 rewrote the model already
+    if precision == "int8":   # quantize_int8 rewrote the model already, with its own scales:
+        return _own_scales(text)   # fold-qdq may round their multipliers
+    if precision not in ("fp16", "tf32"):
         return text
     names = tuple(sorted(k for k, v in (precision_overrides or {}).items() if v == "fp32"))
     return [text, LowerPrecision(precision=precision, overrides=names)]
+
+
+def _own_scales(text: str) -> list:
+    """The passes of ``text`` with each ``fold-qdq`` given ``fma-multipliers=true``: in implicit
+    int8 the scales are ptxc's own calibration's, so its requantization multipliers may move by
+    2 ulps to where one fma converts and scales each sum (fold_qdq.FoldQDQPass)."""
+    from .rewrite.passes.fold_qdq import FoldQDQPass
+    from .rewrite.pipeline import parse_pipeline
+    return [attrs.evolve(p, fma_multipliers=True) if isinstance(p, FoldQDQPass) else p
+            for p in parse_pipeline(text)]
 
 
 def run_stages(module: Operation, until: str, *, graph_passes: str | None = None,

@@ -315,12 +315,16 @@ class WgmmaCommit(InLaunchMarker):
 class WgmmaWait(OpSpec):
     """PTX ``wgmma.wait_group.sync.aligned pending``: wait until at most ``pending`` committed
     groups are in flight. It takes the accumulators the waited wgmmas write and returns them:
-    only its results may be read (module docstring)."""
+    only its results may be read (module docstring). On i32 accumulators it may carry
+    ``bound``, as ``loop.load`` does: ``|value| <= bound`` for every value it returns (the wgmma
+    schedule's contraction.accumulator_bound, which bounds every partial sum too), so the
+    epilogue converts them to f32 without ``cvt`` (llvm_scalar); the interpreter checks it."""
 
     name = "gpu.wgmma_wait"
     operands = (Operand("values", variadic=True),)
     results = (Result("out", variadic=True),)
-    attributes = {"pending": Attr("int", required=True)}
+    attributes = {"pending": Attr("int", required=True),
+                  "bound": Attr("int", doc="|value| <= bound, proved by the op's maker")}
 
     def infer_types(self, op):
         return [v.type for v in op.operands]
@@ -332,6 +336,9 @@ class WgmmaWait(OpSpec):
         if len({v.type for v in op.operands}) > 1 or any(
                 v.type not in (F32, I32) for v in op.operands):
             fail(op, "values must be f32 or i32 accumulators, all of one type")
+        bound = op.attributes.get("bound")
+        if bound is not None and (bound < 0 or op.operands[0].type != I32):
+            fail(op, f"bound must be >= 0 and on i32 accumulators, is {bound!r}")
 
     def reference(self, op, args, interp):
         _groups(op, interp)
@@ -344,4 +351,10 @@ class WgmmaWait(OpSpec):
             done = {id(r) for r in st["inflight"].pop(0)}
             held[:] = [r for r in held if id(r) not in done]
         st["fenced"] = False
+        bound = op.attributes.get("bound")
+        for a in args if bound is not None else ():
+            worst = int(np.max(np.abs(np.asarray(a, np.int64)))) if np.size(a) else 0
+            if worst > bound:
+                raise CompileError(f"{op.where}: an accumulator is {worst}, over the wait's "
+                                   f"bound {bound}")
         return list(args)

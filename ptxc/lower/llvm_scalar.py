@@ -335,6 +335,14 @@ def _int_bound(v, depth: int = 6) -> int | None:
                 a = np.asarray(root.op.attributes["value"].array)
                 if a.size and not np.issubdtype(a.dtype, np.floating):
                     return int(np.max(np.abs(a.astype(np.int64))))
+        if op.name == "gpu.wgmma_wait" and op.attributes.get("bound") is not None:
+            return op.attributes["bound"]
+        if op.name == "loop.for":    # a carried value: its initial value and what is yielded
+            body = op.regions[0].blocks[0]
+            yielded = body.last_op.operands[v.index]
+            parts = [_int_bound(x, depth - 1) for x in (op.operands[v.index], yielded)]
+            if all(p is not None for p in parts):
+                return max(parts)
         if op.name in ("arith.add", "arith.sub"):
             parts = [_int_bound(x, depth - 1) for x in op.operands]
             if all(p is not None for p in parts):
@@ -446,6 +454,66 @@ def _finite_bound(v, depth: int = 16, cache: dict | None = None) -> float | None
     bound = bound if bound is not None and bound < _FINITE else None
     cache[v] = (depth, bound)
     return bound
+
+
+def magic_exact(m) -> bool:
+    """Every value of the f32 array (or number) ``m`` is positive and finite, and ``MAGIC * m``
+    is an f32 exactly (``m``'s 24-bit significand, times 3, fits 24 bits: its two lowest bits
+    are zero, or one where ``3 * significand < 2**25``), and stays a normal number: then
+    ``fma(MAGIC + i, m, -MAGIC * m)`` is ``RN(i * m)`` for every integer ``|i| <= 2**22``
+    (:meth:`ScalarEmitter._scaled_small_int`)."""
+    a = np.asarray(m, np.float32).astype(np.float64).reshape(-1)
+    if not a.size or not np.all(np.isfinite(a)) or not np.all(a > 0):
+        return False
+    p = a * MAGIC                     # exact in f64 (24 + 2 bits)
+    q = p.astype(np.float32).astype(np.float64)
+    return bool(np.all(q == p) and np.all(p >= np.finfo(np.float32).tiny)
+                and np.all(p < _FINITE))
+
+
+def round_to_magic_exact(m: np.ndarray) -> np.ndarray:
+    """``m`` (f32) with each positive, normal value's significand rounded to a multiple of 4
+    (to nearest, ties to even; at most 2 ulps, a relative 2.4e-7), so that it is
+    :func:`magic_exact`; other values (zero, negative, subnormal, inf, NaN) unchanged. An int8
+    layer's requantization multiplier rounded so is the fma form's (fold-qdq's
+    ``fma-multipliers``: the scales are ptxc's own choice there). Values too large for
+    ``MAGIC * m`` to be finite stay as they are. Example: 0.7880036 (0x3F49BA9B, significand
+    odd) -> 0.7880037 (0x3F49BA9C)."""
+    a = np.array(m, np.float32, copy=True)
+    flat = a.reshape(-1)
+    ok = np.isfinite(flat) & (flat >= np.finfo(np.float32).tiny) & (flat < _FINITE / MAGIC)
+    bits = flat.view(np.uint32)
+    low = bits & 3
+    up = (low == 3) | ((low == 2) & ((bits & 4) != 0))         # nearest multiple of 4, ties even
+    rounded = (bits & ~np.uint32(3)) + np.where(up, np.uint32(4), np.uint32(0))
+    bits[ok] = rounded[ok]
+    return a
+
+
+def _magic_exact_operand(v, cache: dict) -> bool:
+    """``v`` is an f32 constant, or a load of a ``loop.global`` (weights: a per-channel
+    requantization multiplier), whose every value is :func:`magic_exact`; ``cache`` keeps one
+    scan per global."""
+    x = _constant_number(v)
+    if x is not None:
+        return magic_exact(x)
+    op = getattr(v, "op", None)
+    if op is None or op.name != "loop.load" or v.type.name != "f32":
+        return False
+    root = _root(op.operands[0])
+    if getattr(root, "op", None) is None or root.op.name != "loop.global":
+        return False
+    key = ("magic_exact", root.op)
+    if key not in cache:
+        cache[key] = magic_exact(root.op.attributes["value"].array)
+    return cache[key]
+
+
+def _fma_scaling_mode() -> str:
+    """Timing experiment only (session 21; removed before landing): PTXC_FMA_SCALE=off never
+    takes the fma form, =force takes it without the exactness proof."""
+    import os
+    return os.environ.get("PTXC_FMA_SCALE", "")
 
 
 def _tie_free_bound(name: str, v) -> bool:
@@ -689,6 +757,10 @@ class ScalarEmitter:
         x, y = args
         if t.is_float:
             simple = {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}
+            if name == "mul" and t.name == "f32":
+                fused = self._scaled_small_int(op, args)
+                if fused is not None:
+                    return fused
             if name in simple:
                 return simple[name](x, y)
             if name in ("max", "min"):
@@ -777,7 +849,37 @@ class ScalarEmitter:
         else:
             wide = v
         f = b.bitcast(b.add(wide, ir.Constant(I32, MAGIC_BITS)), ir.FloatType())
-        return b.fsub(f, constant(MAGIC, ScalarType("f32")))
+        out = b.fsub(f, constant(MAGIC, ScalarType("f32")))
+        self.__dict__.setdefault("_magic_sums", {})[id(out)] = (out, f)
+        return out
+
+    def _scaled_small_int(self, op, args) -> ir.Value | None:
+        """``arith.mul`` of a small int's f32 (:meth:`_small_int_to_f32`: ``F - MAGIC`` with
+        ``F = float_bits(MAGIC_BITS + i)``) by a :func:`magic_exact` multiplier ``m`` as
+        ``fma(F, m, -MAGIC * m)``, one instruction for the subtraction and the multiply. Exact:
+        the fma rounds ``F m - MAGIC m = i m`` once, as the multiply of the exact ``float(i)``
+        does; ``m > 0`` keeps the sign of a zero product (+0). An int8 layer's requantization
+        (``float(acc + bias) * m[c]``) and its residual (``float(r) * ratio``) take it::
+
+            before: add.s32 %a, %acc, %bias_magic;  add.rn.f32 %f, %a, 0fCB400000;
+                    mul.rn.f32 %y, %f, %m
+            after:  add.s32 %a, %acc, %bias_magic;  fma.rn.f32 %y, %a, %m, %neg_magic_m
+        """
+        sums = self.__dict__.get("_magic_sums", {})
+        cache = self.__dict__.setdefault("_bounds", {})
+        for i in (0, 1):
+            x, m = args[i], args[1 - i]
+            hit = sums.get(id(x))
+            if hit is None or hit[0] is not x:
+                continue
+            mode = _fma_scaling_mode()
+            if mode == "off" or not (mode == "force" or
+                                     _magic_exact_operand(op.operands[1 - i], cache)):
+                continue
+            f = hit[1]
+            c = self.b.fmul(m, constant(-MAGIC, ScalarType("f32")))
+            return self.intrinsic("fma", ScalarType("f32"), [f, m, c])
+        return None
 
     def _clamped_to_int(self, v: ir.Value, src: ScalarType, dst: ScalarType) -> ir.Value:
         """A float already clamped into i32's range (see :func:`_clamped_to_i32`) to an int of

@@ -327,8 +327,11 @@ class _Builder(mma._Builder):
                 self.s[id(c.a)], [stage, self.wm0, k0], self.s[id(c.b)], [stage, zero_i, k0],
                 acc], {"shape": f"m64n{cfg.bn}k{kinst}"}).results)
         fb.create("gpu.wgmma_commit", [])
+        wait = {"pending": 0}
+        if self.acc_bound is not None:
+            wait["bound"] = self.acc_bound
         if not cfg.overlap:
-            acc = list(fb.create("gpu.wgmma_wait", [acc], {"pending": 0}).results)
+            acc = list(fb.create("gpu.wgmma_wait", [acc], wait).results)
         # tile kt + S - 1 goes to stage (kt - 1) % S: tile kt - 1's wgmmas, its last readers,
         # were waited for in iteration kt - 1 by both warpgroups before this one's barrier
         nxt = add(fb, kt, cfg.stages - 1)
@@ -336,7 +339,7 @@ class _Builder(mma._Builder):
         self._copy(ib, mma._rem(ib, nxt, cfg.stages), nxt)
         fb.create("gpu.cp_async_commit", [])
         if cfg.overlap:
-            acc = list(fb.create("gpu.wgmma_wait", [acc], {"pending": 0}).results)
+            acc = list(fb.create("gpu.wgmma_wait", [acc], wait).results)
         fb.create("loop.yield", acc)
         self._wgmma_epilogue(b, wg, list(loop.results))
         return launch

@@ -91,9 +91,13 @@ def _zero(z, el):
 
 
 class FoldQDQ(RewritePattern):
-    """DQ -> conv/matmul/gemm (fused or not) [-> Q] -> one int8 op; see the module docstring."""
+    """DQ -> conv/matmul/gemm (fused or not) [-> Q] -> one int8 op; see the module docstring.
+    ``fma_multipliers``: FoldQDQPass's option of that name."""
 
     benefit = 2
+
+    def __init__(self, fma_multipliers: bool = False):
+        self.fma_multipliers = fma_multipliers
 
     def match_and_rewrite(self, op, rewriter):
         if op.name not in _LAYERS:
@@ -170,6 +174,8 @@ class FoldQDQ(RewritePattern):
             mult = (acc_scale / np.float32(ys.reshape(()))).astype(np.float32)
         else:
             ys, mult = None, acc_scale.astype(np.float32)
+        if self.fma_multipliers:
+            mult = _fma_multiplier(mult)
         b = Builder.before_op(op)
 
         def const(arr, el=None):
@@ -190,7 +196,7 @@ class FoldQDQ(RewritePattern):
         ys_f = None if ys is None else float(ys.reshape(()))
         units = None
         if ys_f is not None and epilogue is not None and not _scale_free(epilogue):
-            units = _in_output_units(epilogue, ys_f, extras, b)
+            units = _in_output_units(epilogue, ys_f, extras, b, self.fma_multipliers)
         if units is not None:
             region, extras = units
         else:
@@ -276,7 +282,15 @@ class FoldQDQ(RewritePattern):
 _LINEAR = frozenset({"arith.add", "arith.sub", "arith.max", "arith.min", "arith.neg"})
 
 
-def _in_output_units(old: Block, ys: float, extras: list, b: Builder):
+def _fma_multiplier(m: np.ndarray) -> np.ndarray:
+    """``m`` rounded to the grid where an int8 epilogue scales an integer with one fma
+    (llvm_scalar.round_to_magic_exact: at most 2 ulps)."""
+    from ...lower.llvm_scalar import round_to_magic_exact
+    return round_to_magic_exact(m)
+
+
+def _in_output_units(old: Block, ys: float, extras: list, b: Builder,
+                     fma_multipliers: bool = False):
     """``old(v * ys, e...) / ys`` as ``old'(v, e' ...)``: the division by the output scale
     distributed down to the leaves, as TensorRT's requantization multipliers are, or None where
     ``old`` does more than add, subtract, negate, take max/min, and multiply or divide by
@@ -310,6 +324,8 @@ def _in_output_units(old: Block, ys: float, extras: list, b: Builder):
         if rs is None:
             return None
         ratio = (rs.astype(np.float32) / np.float32(ys)).astype(np.float32)
+        if fma_multipliers:
+            ratio = _fma_multiplier(ratio)
         if not np.all(np.isfinite(ratio)):
             return None
         sv = b.create("graph.constant", [], {"value": DenseElements(ratio)}).result
@@ -465,8 +481,15 @@ class FoldQDQPass(Pass):
     """
 
     name = "fold-qdq"
+    #: round each requantization multiplier (``xs * ws / ys``, a residual's ``rs / ys``) to the
+    #: nearest f32 whose significand is a multiple of 4 (at most 2 ulps): llvm_scalar then
+    #: converts and scales the int32 sum with one fma instead of an add and a multiply
+    #: (``_scaled_small_int``), the same number. For implicit int8 (``precision="int8"``: the
+    #: scales are ptxc's own calibration's, compiler.graph_pipeline sets it); off for a model's
+    #: own Q/DQ, whose multipliers are onnxruntime's to the bit.
+    fma_multipliers: bool = False
 
     def run(self, module: Operation) -> bool:
         changed = apply_patterns_greedily(module, [QuantizeBeforeMaxPool()])
-        changed = apply_patterns_greedily(module, [FoldQDQ()]) or changed
+        changed = apply_patterns_greedily(module, [FoldQDQ(self.fma_multipliers)]) or changed
         return apply_patterns_greedily(module, [FoldConstantDQ()]) or changed
