@@ -285,6 +285,7 @@ class MapToGpu(Pass):
     mma_deep_k: int = attrs.field(default=0, validator=_check_deep_k)
     mma_m_tiles: int = attrs.field(default=0, validator=_check_m_tiles)
     mma_flat_m: bool = True
+    mma_magic_start: bool = False
     mma_epilogue_tiles: bool = True
     mma_tiles: tuple[str, ...] = attrs.field(default=(), converter=tuple,
                                              validator=_check_tiles)
