@@ -194,12 +194,15 @@ def graph_pipeline(graph_passes: str | None = None, precision: str = "fp32",
     return [text, LowerPrecision(precision=precision, overrides=names)]
 
 
-def _own_scales(text: str) -> list:
+def _own_scales(text: str):
     """The passes of ``text`` with each ``fold-qdq`` given ``fma-multipliers=true``: in implicit
     int8 the scales are ptxc's own calibration's, so its requantization multipliers may move by
-    2 ulps to where one fma converts and scales each sum (fold_qdq.FoldQDQPass)."""
+    2 ulps to where one fma converts and scales each sum (fold_qdq.FoldQDQPass). A text that
+    sets the option itself (``graph_passes``) is kept as it is."""
     from .rewrite.passes.fold_qdq import FoldQDQPass
     from .rewrite.pipeline import parse_pipeline
+    if "fma-multipliers" in text:
+        return text
     return [attrs.evolve(p, fma_multipliers=True) if isinstance(p, FoldQDQPass) else p
             for p in parse_pipeline(text)]
 

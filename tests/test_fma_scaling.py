@@ -163,6 +163,8 @@ def test_implicit_int8_sets_the_option():
     texts = [str(p) for p in graph_pipeline(None, "int8")]
     assert "fold-qdq{fma-multipliers=true}" in texts
     assert "fma-multipliers" not in str(graph_pipeline(None, "fp32"))
+    own = GRAPH_OPT.replace("fold-qdq", "fold-qdq{fma-multipliers=false}")
+    assert graph_pipeline(own, "int8") == own          # a pipeline that says so keeps its own
 
 
 # ---- the wgmma schedule's bound ----------------------------------------------------------------
