@@ -9,7 +9,7 @@
 # Files: int8_gpu_tests.log, gemm_int8.log + gemm_int8.json, resnet50_int8_gpu.log +
 # resnet50_int8_gpu.json. Time limits (seconds, environment): TESTS_TIMEOUT (150), GEMM_TIMEOUT
 # (120), RESNET_TIMEOUT (300): together under a 10-minute call; RESNET_ROUNDS (7).
-# RESNET_VARIANT (e.g. "mma-wave-tiles=true", several separated by ';'): ResNet-50 also
+# RESNET_VARIANT (e.g. "mma-stages=4", several separated by ';'): ResNet-50 also
 # compiled with those map-to-gpu options, timed in the same rounds as the defaults
 # (bench/resnet50_int8.py --variant; give RESNET_TIMEOUT more).
 set -u

@@ -44,9 +44,6 @@ def both(make_loop, x, cfg=None):
                              for t in tiles)
         outs.append(run_main(m, x))
         mods.append(m)
-    for epi, out in zip(mma_epilogue.EPILOGUES[2:], outs[2:]):   # staged-wide: the same bits
-        for k in out:
-            np.testing.assert_array_equal(out[k], outs[1][k], err_msg=f"{k}: {epi} vs staged")
     return want, outs[0], outs[1], mods[1]
 
 
@@ -261,7 +258,7 @@ def test_staged_int8_requantization_is_bit_exact(case):
 
 @needs_ptxas
 @pytest.mark.slow
-@pytest.mark.parametrize("epi", ["staged", "staged-wide"])
+@pytest.mark.parametrize("epi", ["staged"])
 @pytest.mark.parametrize("case", ["edges_130x96x72", "wn48_edges", "split_k"])
 def test_staged_kernels_assemble_without_spills(case, epi):
     kw, cfg = MATMULS[case]
@@ -293,7 +290,7 @@ def _gpu_case(case, epi="staged"):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("epi", ["staged", "staged-wide"])
+@pytest.mark.parametrize("epi", ["staged"])
 @pytest.mark.parametrize("case", sorted(MATMULS) + sorted(INT8))
 def test_staged_epilogue_on_gpu_gives_the_interpreters_answer(case, epi):
     from test_ptx import run_on_gpu

@@ -161,12 +161,9 @@ class MapToGpu(Pass):
     the schedules of ``SCHEDULES`` in order, pointwise last (one thread per point, the
     parallel dims collapsed into ``block_id.x * B + thread_id.x``, guarded where the grid
     overshoots). ``block-size``: the most threads per block a pointwise launch uses.
-    ``mma-epilogue``: ``staged`` (default), ``fragment`` or ``staged-wide``, the epilogue of
-    every mma kernel (mma_epilogue.py: accumulators staged through shared memory for coalesced
-    stores; on the H200, 2026-12-02, ResNet-50 b32 fp16 took 1.89 ms staged against 2.29
-    fragment; ``staged-wide``: each lane a run of up to 8 columns of one row, vector stores and
-    a quarter to a half of the row arithmetic; slower on the H200, session 20: int8 ResNet-50
-    b32 0.780 -> 0.799 ms, fp16 1.137 -> 1.173).
+    ``mma-epilogue``: ``staged`` (default) or ``fragment``, the epilogue of every mma kernel
+    (mma_epilogue.py: accumulators staged through shared memory for coalesced stores; on the
+    H200, 2026-12-02, ResNet-50 b32 fp16 took 1.89 ms staged against 2.29 fragment).
     ``tiled-min-reduction``: the tiled schedule declines a nest with fewer reduction points
     (the product of its reduction loops' trips), which then goes to the pointwise schedule: a
     depthwise 3x3 convolution (9 points) gains nothing from staging its operands in shared
@@ -217,13 +214,6 @@ class MapToGpu(Pass):
     and the placement of its blocks overlap that kernel's tail (:func:`pdl_enabled`).
     ``pdl-early-weights`` (``true``): there, an mma or wgmma kernel copies the first K tiles
     of its constant operand (the weights) before it waits (mma._Builder._prologue).
-    ``mma-wave-tiles`` (``false``; timed slower): among the mma tiles within PAD_SLACK, the
-    one whose grid fills whole waves of the CTAs an SM holds (mma.wave_cost) instead of the
-    largest: ResNet-50 b32's layer-3 conv3 + residual kernels then run 784 CTAs of 128 x 64
-    at three per SM (1.98 waves) instead of 392 of 128 x 128 at two (1.48 waves). On the H200
-    (session 20) those kernels ran slower (int8 14.4 -> 16.1 us, fp16 17.5 -> 20.5), the whole
-    graph int8 0.780 -> 0.798 ms, fp16 1.137 -> 1.157: the half tiles' extra operand traffic
-    outweighs the fuller waves.
     ``index32`` (``true``): mma and wgmma launches ask for 32-bit index arithmetic
     (gpu.launch ``index_bits``, granted where every buffer is small enough; not the mma
     kernels with flat-row accesses, mma.INDEX32): a tenth less SASS in ResNet-50 b32's
@@ -296,7 +286,6 @@ class MapToGpu(Pass):
     pdl: bool = True
     pdl_early_weights: bool = True
     index32: bool = mma.INDEX32
-    mma_wave_tiles: bool = False
     wgmma_tiles: tuple[str, ...] = attrs.field(default=(), converter=tuple,
                                                validator=_check_wgmma_tiles)
     wgmma_copies: str = attrs.field(default=_DEFAULT_WGMMA_COPIES,

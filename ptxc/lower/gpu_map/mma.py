@@ -181,7 +181,7 @@ class Config:
     bk: int
     stages: int = STAGES
     splits: int = 1           # split-K: CTAs per output tile, each summing a K range
-    epilogue: str = "fragment"  # or "staged", "staged-wide": mma_epilogue.py
+    epilogue: str = "fragment"  # or "staged": mma_epilogue.py
     m_tiles: int = 1          # output tiles per CTA, along M: the next one's copies run
                               # during this one's epilogue (module docstring, "M tiles")
     epilogue_tiles: bool = True   # the point program's tile loads via shared memory where
@@ -306,13 +306,12 @@ def parse_tiles(items) -> tuple:
 
 
 def choose(c: Contraction, tiles: tuple = TILES, stages: int = STAGES,
-           deep_k: int = DEEP_K, waves: bool = False, epilogue: str | None = None
-           ) -> Config | None:
+           deep_k: int = DEEP_K) -> Config | None:
     """The tile of ``tiles`` (:data:`TILES`; module docstring) with ``stages`` cp.async stages,
     K tiles twice as deep from K of ``deep_k`` base tiles (:data:`DEEP_K`), or None when the
-    grid would not fit. ``waves`` (map-to-gpu's ``mma-wave-tiles``): among the tiles within
-    PAD_SLACK, the one of least :func:`wave_cost` instead of the largest, each costed with the
-    ``epilogue`` the schedule will give it (its shared memory decides how many CTAs fit)."""
+    grid would not fit. (Choosing among the tiles within PAD_SLACK the one whose grid fills
+    whole waves, session 19's ``mma-wave-tiles``, timed slower in session 20 and was removed
+    in session 21: the largest tile it is.)"""
     bk = KIND[c.kind][2]
     if c.batches > MAX_GRID_YZ:
         return None
@@ -327,16 +326,6 @@ def choose(c: Contraction, tiles: tuple = TILES, stages: int = STAGES,
         least = min(padded_work(c, cfg) for cfg in full)
         near = [eight_warps(c, cfg) if tiles is TILES else cfg for cfg in full
                 if padded_work(c, cfg) <= PAD_SLACK * least]
-        if waves:   # the largest tile and those of half its area (smaller ones reload A and
-            # B more often per output, which wave_cost does not count: ResNet-50's layer-4
-            # convs ran 26 us in 32 x 64 tiles against 18 in 128 x 128, PAD_SLACK); min
-            # keeps the first, the largest, of equal costs
-            def final(cfg):
-                out = attrs.evolve(cfg, epilogue=epilogue) if epilogue else cfg
-                return out if valid(c, out) else cfg
-            big = near[0].bm * near[0].bn
-            return min((cfg for cfg in near if 2 * cfg.bm * cfg.bn >= big),
-                       key=lambda cfg: wave_cost(c, final(cfg)))
         return near[0]
     cfg = fits[-1]
     blocks = ctas(c, cfg.bm, cfg.bn)
@@ -346,25 +335,6 @@ def choose(c: Contraction, tiles: tuple = TILES, stages: int = STAGES,
     if splits > 1 and c.batches * splits <= MAX_GRID_YZ:
         cfg = attrs.evolve(cfg, splits=splits)
     return cfg
-
-
-def resident(c: Contraction, cfg: Config) -> int:
-    """CTAs of ``cfg`` an SM holds at once, as the schedule expects it: :func:`min_blocks`'
-    register budget where it sets one, else 2 (ptxas's choice for the large warp tiles), at
-    most what the shared memory holds."""
-    blocks = min_blocks(c, cfg)
-    return max(1, min(blocks if blocks > 1 else 2, SM_SHARED // (shared_bytes(c, cfg) + 1024)))
-
-
-def wave_cost(c: Contraction, cfg: Config) -> int:
-    """The SM time ``cfg``'s grid takes, in tile points: whole waves of :func:`resident`
-    CTAs per SM, each CTA as long as its tile (``bm x bn``) times the CTAs sharing its SM.
-    Wave quantization in one number: ResNet-50 b32's layer-3 conv3 (M = 6272, N = 1024) has
-    392 CTAs of 128 x 128 at 2 per SM (1.48 waves: the second half full) or 784 of 128 x 64
-    at 3 per SM (1.98 waves): 2 x 2 x 16384 against 2 x 3 x 8192."""
-    per_sm = resident(c, cfg)
-    waves = -(-ctas(c, cfg.bm, cfg.bn) * cfg.splits // (SMS * per_sm))
-    return waves * per_sm * cfg.bm * cfg.bn
 
 
 #: K tiles from which a 128 x 128 tile of base-depth K tiles takes eight warps (:func:`eight_warps`)
@@ -989,8 +959,7 @@ def schedule(op: Operation, options=None) -> Operation | None:
     epilogue = getattr(options, "mma_epilogue", mma_epilogue.DEFAULT_EPILOGUE)
     cfg = choose(c, parse_tiles(getattr(options, "mma_tiles", ())),
                  getattr(options, "mma_stages", 0) or default_stages(c),
-                 getattr(options, "mma_deep_k", 0) or DEEP_K,
-                 getattr(options, "mma_wave_tiles", False), epilogue)
+                 getattr(options, "mma_deep_k", 0) or DEEP_K)
     if cfg is None:
         return None
     if epilogue != cfg.epilogue and valid(c, staged := attrs.evolve(cfg, epilogue=epilogue)):

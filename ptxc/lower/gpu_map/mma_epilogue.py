@@ -75,18 +75,9 @@ Decisions:
 A lane's ``v`` consecutive elements go as one vector store where LLVM's load/store vectorizer
 can prove the alignment (ResNet-50's int8 1x1 convs at WN = 32: ``st.global.v2.b8``, 2 bytes).
 
-**Wide runs** (``staged-wide``, opt-in; session 17; timed slower in session 20: ResNet-50
-b32 graph int8 0.780 -> 0.799 ms, fp16 1.137 -> 1.173, the int8 stem 60.9 -> 67.9 us): each lane reads back
-``v = min(WN / 4, 8)`` consecutive columns of a row (:data:`WIDE_RUN`; WN / v lanes per row,
-one or two rows per lane and slab), so a lane's elements are one run of 8 int8 bytes (16 of
-f16; one ``st.global.v2.b32`` / ``v4.b32``) where ``staged`` gives 2 or 4, and a lane has a
-quarter or half of ``staged``'s rows (8 or 16 over a 64-row warp tile): less of the per-row
-index and address arithmetic, which in the int8 short-K 1x1 convs (bound by the integer ALU
-pipe, Nsight Compute, session 13) is about as many instructions as the requantization itself.
-A warp's store covers whole 32-byte sectors. Runs of 16 (WN = 64) took ptxas to 149-168
-registers in ResNet-50's int8 128x128 kernels (116-124 with ``staged``); capped at 8: 126-127,
-and the PTX of its int8 1x1 conv kernels 1-12% shorter (statically, batch 32). Not yet:
-aliasing the pipeline's stages.
+**Wide runs** (``staged-wide``, session 17: each lane a run of up to 8 columns of a row, one
+vector store): timed slower in session 20 (ResNet-50 b32 graph int8 0.780 -> 0.799 ms, fp16
+1.137 -> 1.173, the int8 stem 60.9 -> 67.9 us) and removed in session 21 (commit 08bfc9f has it).
 """
 
 from __future__ import annotations
@@ -97,9 +88,9 @@ from .common import add, div, mul, sub
 #: map-to-gpu's default (timed on the H200: MapToGpu's docstring)
 DEFAULT_EPILOGUE = "staged"
 #: the values of :attr:`mma.Config.epilogue`
-EPILOGUES = ("fragment", "staged", "staged-wide")
-#: the epilogues through the shared staging region (``staged-wide``: "Wide runs" below)
-STAGED = ("staged", "staged-wide")
+EPILOGUES = ("fragment", "staged")
+#: the epilogues through the shared staging region
+STAGED = ("staged",)
 #: words of padding per staged row (bank conflicts, module docstring)
 PAD = 8
 #: rows per slab: one half of a 16-row mma tile (a lane's fragment elements 0, 1 or 2, 3)
@@ -107,8 +98,6 @@ ROWS = 8
 #: lanes across one row of a warp tile in the read-back: each takes WN / 16 consecutive columns
 #: (module docstring: fewer columns per lane, more rows per lane, spilled)
 ROW_LANES = 16
-#: ``staged-wide``: the most consecutive columns a lane reads back in one row (module docstring)
-WIDE_RUN = 8
 
 
 def staging_shape(cfg) -> tuple:
@@ -145,8 +134,7 @@ def staged(bld, b, acc: list) -> None:
     # the lane's elements of a slab: vec consecutive columns of rows lane / (WN / vec) + k *
     # (32 vec / WN) where WN / vec lanes divide a warp (every tile of mma.TILES); else (WN = 48)
     # element e = lane + 32 it of the slab, a warp instruction spanning two rows
-    vec = min(wn * ROWS // 32, WIDE_RUN) if cfg.epilogue == "staged-wide" else \
-        max(1, wn // ROW_LANES)
+    vec = max(1, wn // ROW_LANES)
     lanes_per_row = wn // vec
     even = wn % vec == 0 and 32 % lanes_per_row == 0
     if even:
