@@ -91,6 +91,7 @@ from llvmlite import ir
 from ..errors import CompileError
 from ..ir.core import Operation
 from ..ir.types import I1, INDEX, ScalarType
+from .llvm_fold import _signed
 
 I8 = ir.IntType(8)
 I16 = ir.IntType(16)
@@ -187,9 +188,7 @@ def constant(value, t: ScalarType) -> ir.Constant:
     if t == I1:
         return ir.Constant(BOOL, int(bool(v)))
     ty = llvm_type(t)
-    bits = ty.width
-    x = int(np.asarray(v).view(f"i{t.bitwidth // 8}")) % (1 << bits)
-    return ir.Constant(ty, x - (1 << bits) if x >> (bits - 1) else x)
+    return ir.Constant(ty, _signed(int(np.asarray(v).view(f"i{t.bitwidth // 8}")), ty.width))
 
 
 def _constant_value(v):
