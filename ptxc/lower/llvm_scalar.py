@@ -515,13 +515,6 @@ def _magic_exact_operand(v, cache: dict) -> bool:
     return cache[key]
 
 
-def _fma_scaling_mode() -> str:
-    """Timing experiment only (session 21; removed before landing): PTXC_FMA_SCALE=off never
-    takes the fma form, =force takes it without the exactness proof."""
-    import os
-    return os.environ.get("PTXC_FMA_SCALE", "")
-
-
 def _tie_free_bound(name: str, v) -> bool:
     """``v``, the second operand of an f32/f64 ``max``/``min`` (``name``), is a constant whose
     NaN-propagating ``llvm.maximum``/``minimum`` is numpy's result exactly: not NaN, and either
@@ -878,9 +871,7 @@ class ScalarEmitter:
             hit = sums.get(id(x))
             if hit is None or hit[0] is not x:
                 continue
-            mode = _fma_scaling_mode()
-            if mode == "off" or not (mode == "force" or
-                                     _magic_exact_operand(op.operands[1 - i], cache)):
+            if not _magic_exact_operand(op.operands[1 - i], cache):
                 continue
             f = hit[1]
             c = self.b.fmul(m, constant(-MAGIC, ScalarType("f32")))
