@@ -6,7 +6,7 @@ the model bench/gpu.py builds) at batch 32 on the cuda target, int8 and fp16.
         --variant "" --variant "mma-stages=4" --variant "wgmma=off" ...
 
 A variant's word ``env:NAME=VALUE`` sets an environment variable in its compile's process
-(an experiment's switch, e.g. ``env:PTXC_FMA_SCALE=force``).
+(an experiment's switch, e.g. ``env:PTXC_CACHE=0``).
 
 Every (precision, variant) engine is compiled in a process of its own, ``--jobs`` at a time (a
 compile is single-threaded Python; the calibration table, computed once, and the ONNX model
