@@ -456,17 +456,14 @@ def _check_bounds(op: Operation, t: BufferType, idx: list) -> None:
 @register
 class Load(OpSpec):
     """One element of ``buffer`` at ``indices``. An integer load may carry ``bound``: a fact
-    its maker proved, ``|value - center| <= bound`` (``center`` 0 unless given: the mma
-    schedule's accumulator sums, contraction.accumulator_bound, and its magic-biased ones),
-    which lowering may use (llvm_scalar: a small int converts to f32 without ``cvt``); the
-    interpreter checks it on every value it loads."""
+    its maker proved, ``|value| <= bound`` (the mma schedule's accumulator sums,
+    contraction.accumulator_bound), which lowering may use (llvm_scalar: a small int converts
+    to f32 without ``cvt``); the interpreter checks it on every value it loads."""
 
     name = "loop.load"
     operands = ("buffer", Operand("indices", variadic=True))
     results = ("value",)
-    attributes = {"bound": Attr("int", doc="|value - center| <= bound, proved by the op's maker"),
-                  "center": Attr("int", doc="what ``bound`` is around (default 0): the mma "
-                                            "schedule's magic-biased sums, mma.MAGIC_START")}
+    attributes = {"bound": Attr("int", doc="|value| <= bound, proved by the op's maker")}
 
     def infer_types(self, op):
         return [_buffer(op, 0).element]
@@ -476,8 +473,6 @@ class Load(OpSpec):
         bound = op.attributes.get("bound")
         if bound is not None and (bound < 0 or _buffer(op, 0).element.is_float):
             fail(op, f"bound must be >= 0 and on an integer load, is {bound!r}")
-        if op.attributes.get("center") is not None and bound is None:
-            fail(op, "center needs a bound")
 
     def reference(self, op, args, interp):
         buf, *idx = args
@@ -492,12 +487,10 @@ class Load(OpSpec):
         else:
             out = buf[tuple(np.asarray(i) for i in idx)]
         bound = op.attributes.get("bound")
-        if bound is not None and np.size(out):
-            center = op.attributes.get("center") or 0
-            worst = int(np.max(np.abs(np.asarray(out, dtype=np.int64) - center)))
-            if worst > bound:
-                raise CompileError(f"{op.where}: loaded a value {worst} from {center}, over the "
-                                   f"load's bound {bound}")
+        if bound is not None and np.size(out) and \
+                np.max(np.abs(np.asarray(out, dtype=np.int64))) > bound:
+            raise CompileError(f"{op.where}: loaded {np.max(np.abs(np.asarray(out, np.int64)))}"
+                               f", over the load's bound {bound}")
         return [out]
 
 

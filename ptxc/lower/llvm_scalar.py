@@ -328,7 +328,7 @@ def _int_bound(v, depth: int = 6) -> int | None:
         if op.name == "loop.load":
             bound = op.attributes.get("bound")
             if bound is not None:
-                return bound + abs(op.attributes.get("center") or 0)
+                return bound
             root = _root(op.operands[0])
             if getattr(root, "op", None) is not None and root.op.name == "loop.global":
                 a = np.asarray(root.op.attributes["value"].array)
@@ -342,13 +342,6 @@ def _int_bound(v, depth: int = 6) -> int | None:
             parts = [_int_bound(x, depth - 1) for x in (op.operands[v.index], yielded)]
             if all(p is not None for p in parts):
                 return max(parts)
-        if op.name == "arith.sub":    # a magic-biased sum minus its center (mma.MAGIC_START)
-            x, y = op.operands
-            xo = getattr(x, "op", None)
-            if xo is not None and xo.name == "loop.load" and \
-                    xo.attributes.get("bound") is not None and \
-                    xo.attributes.get("center") and _constant_number(y) == xo.attributes["center"]:
-                return xo.attributes["bound"]
         if op.name in ("arith.add", "arith.sub"):
             parts = [_int_bound(x, depth - 1) for x in op.operands]
             if all(p is not None for p in parts):

@@ -201,10 +201,6 @@ class MapToGpu(Pass):
     the ALU pipe, Nsight Compute, session 13). On the H200 (ResNet-50 b32, 2026-12-03) the
     int8 layer-1 conv3 + residual kernels went 32.4 -> 29.0 us and the downsample 23.1 -> 21.3;
     ``false`` keeps ``(n, p, q)``.
-    ``mma-magic-start`` (``false``): an s8 kernel with the staged epilogue starts its sums at
-    ``start(n) + MAGIC_BITS`` (a bias plus the bits of llvm_scalar's MAGIC), so that each
-    output's bias add and int-to-float add go (mma._Builder._magic_inits; the loads of the
-    sums carry ``bound`` around that ``center``).
     ``mma-epilogue-tiles`` (``true``): the point program's tile loads (a fused residual) go
     through shared memory by cp.async where mma_prefetch.worth_it says they pay; ``false``:
     every one is a global load in the epilogue (for timing runs).
@@ -279,7 +275,6 @@ class MapToGpu(Pass):
     mma_deep_k: int = attrs.field(default=0, validator=_check_deep_k)
     mma_m_tiles: int = attrs.field(default=0, validator=_check_m_tiles)
     mma_flat_m: bool = True
-    mma_magic_start: bool = False
     mma_epilogue_tiles: bool = True
     mma_tiles: tuple[str, ...] = attrs.field(default=(), converter=tuple,
                                              validator=_check_tiles)

@@ -135,7 +135,6 @@ from .common import add, cmp, const, delinearize, div, launch_before, mul, pdl_e
 from .contraction import (Contraction, Operand, accumulator_bound, analyze, ctas,
                           rows_in_memory_order)
 from .tiled import _root
-from ..llvm_scalar import MAGIC_BITS
 
 SCHEDULE = "mma"
 SMS = 132                     # an H200's streaming multiprocessors
@@ -424,16 +423,9 @@ def _linear(b: Builder, x: Operand, syms: dict) -> Value:
 class _Builder:
     """Writes the launch of one contraction (the module docstring's pseudo-code)."""
 
-    #: an s8 kernel's sums may start at ``start + MAGIC_START`` (:meth:`_magic_inits`): the
-    #: bits of llvm_scalar's MAGIC f32, so that a sum under 2**22 is an f32's bits already
-    MAGIC_START = MAGIC_BITS
-
     def __init__(self, c: Contraction, cfg: Config, flat_m: bool = False,
-                 early_weights: bool = False, magic_start: bool = False):
+                 early_weights: bool = False):
         self.c, self.cfg = c, cfg
-        #: with magic_start where it applies (:meth:`_magic_bound`): ``|sum + start -
-        #: MAGIC_START| <=`` this for every accumulator; else None
-        self.magic_start = self._magic_bound() if magic_start else None
         #: the constant operands (weights), whose first stages are copied before the launch's
         #: gpu.grid_wait (:meth:`_prologue`): a pdl launch reads them during the previous
         #: kernel's tail
@@ -548,10 +540,7 @@ class _Builder:
             _, tb, t, _ = for_loop(b, 0, T, 1)
         self.base[id(c.a)] = mul(tb, first if t is None else add(tb, first, t), cfg.bm)
         self.slot = None if n_slots == 1 else _rem(tb, t, n_slots)
-        inits = [zero] * (mi_n * ni_n * 4)
-        if self.magic_start is not None:
-            inits = self._magic_inits(tb)
-        loop, fb, kt, carried = for_loop(tb, 0, self.kts, 1, inits=inits)
+        loop, fb, kt, carried = for_loop(tb, 0, self.kts, 1, inits=[zero] * (mi_n * ni_n * 4))
         i = kt if t is None else add(fb, mul(fb, t, self.kts), kt)
         fb.create("gpu.cp_async_wait", [], {"pending": cfg.stages - 2})
         barrier(fb)
@@ -758,59 +747,6 @@ class _Builder:
         else:
             self._point(eb, dict(self.batch), m, n, v)
 
-    def _magic_bound(self) -> int | None:
-        """``|sum + start|``'s bound when an s8 kernel's sums can start at ``start +
-        MAGIC_START`` and still be read as ``MAGIC_START`` plus a small int (under 2**22, the
-        MAGIC conversion's domain), else None. Needs the staged epilogue (its loads carry the
-        bound to llvm_scalar), one split (split-K sums partials), the accumulator bound, a
-        start value bounded by constants (a bias: ``llvm_scalar._int_bound``) and read along n
-        only (computed once per accumulator column before the main loop)."""
-        from ..llvm_scalar import _int_bound
-        c, cfg = self.c, self.cfg
-        if c.kind != "s8" or cfg.splits > 1 or cfg.epilogue not in mma_epilogue.STAGED:
-            return None
-        acc, start = accumulator_bound(c), _int_bound(c.start)
-        if acc is None or start is None or acc + start >= 1 << 22:
-            return None
-        par = c.nest.op.regions[0].blocks[0].args
-        m_args = {id(par[d]) for d in c.m_dims}
-        if any(id(v) in m_args for o in c.init for v in o.operands):
-            return None
-        return acc + start
-
-    def _magic_inits(self, b: Builder) -> list:
-        """The accumulators' initial values: ``start(n) + MAGIC_START`` at each one's column
-        (the fragment layout: lane ``l`` holds columns ``2 (l % 4)`` and ``+1`` of each 8-wide
-        block), so that the point program reads ``start + sum`` as ``total - MAGIC_START`` and
-        llvm_scalar takes ``total``'s bits as the f32 ``MAGIC + start + sum``: the bias add and
-        the int-to-float add of every output element go. A column past N reads column N - 1
-        (its outputs are not stored). Example (a 64x32 warp tile: 64 sums, 8 columns a lane)::
-
-            before: acc = 0 ...;            epilogue: %s = add.s32 %acc, %bias_magic
-            after:  acc = bias[n] + 0x4B400000;  epilogue: (none: %acc's bits are the f32)
-        """
-        c, cfg = self.c, self.cfg
-        par = c.nest.op.regions[0].blocks[0].args
-        mi_n, ni_n = cfg.wm // 16, cfg.wn // 8
-        n0 = add(b, add(b, self.base[id(c.b)], self.wn0), mul(b, _rem(b, self.lane, 4), 2))
-        magic = b.create("arith.constant", [], {"value": self.MAGIC_START,
-                                                "type": self.acc_t}).result
-        columns = []
-        for ni in range(ni_n):
-            for odd in (0, 1):
-                n = add(b, n0, ni * 8 + odd)
-                if c.N % cfg.bn:      # the tile overhangs N
-                    n = b.create("arith.min", [n, const(b, c.N - 1)]).result
-                syms = dict(self.batch)
-                syms.update(_index_values(b, c, c.n_dims, n))
-                mapping = {par[d]: syms[("p", d)] for d in range(len(par)) if ("p", d) in syms}
-                for o in c.init:
-                    b.insert(o.clone(mapping))
-                start = mapping.get(c.start, c.start)
-                columns.append(b.create("arith.add", [start, magic]).result)
-        return [columns[2 * ni + (i & 1)] for mi in range(mi_n) for ni in range(ni_n)
-                for i in range(4)]
-
     def _point(self, b: Builder, syms: dict, m: Value, n: Value, total: Value) -> None:
         """The nest's point program at logical output (batch ``syms``, ``m``, ``n``) with the
         reduction's sum ``total``: start value + total, then the epilogue (stores included)."""
@@ -822,12 +758,7 @@ class _Builder:
         for o in c.init:
             b.insert(o.clone(mapping))
         start = mapping.get(c.start, c.start)
-        if self.magic_start is not None:    # the sums started at start + MAGIC_START
-            magic = b.create("arith.constant", [], {"value": self.MAGIC_START,
-                                                    "type": self.acc_t}).result
-            mapping[c.result] = b.create("arith.sub", [total, magic]).result
-        else:
-            mapping[c.result] = b.create("arith.add", [start, total]).result
+        mapping[c.result] = b.create("arith.add", [start, total]).result
         for o in c.epilogue:
             tile = self.tiles.get(id(o))
             flat = self.flat_access.get(id(o))
@@ -970,7 +901,7 @@ def schedule(op: Operation, options=None) -> Operation | None:
     flat_m = getattr(options, "mma_flat_m", True)
     if flat_m:
         c = rows_in_memory_order(c)
-    builder = _Builder(c, cfg, flat_m, early, getattr(options, "mma_magic_start", False))
+    builder = _Builder(c, cfg, flat_m, early)
     launch = builder.build()
     if index32 and not builder.flat_access:   # (index32's docstring: why not flat rows)
         launch.attributes["index_bits"] = 32

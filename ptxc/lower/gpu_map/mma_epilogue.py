@@ -171,7 +171,5 @@ def _read(bld, b, sE, r, col, m, n) -> None:
     (or split-K's workspace store)."""
     bound = bld.acc_bound
     attrs = {} if bound is None else {"bound": bound}
-    if bld.magic_start is not None:      # the sums start at their start value + MAGIC_START
-        attrs = {"bound": bld.magic_start, "center": bld.MAGIC_START}
     bld._guarded_point(b, m, n,
                        lambda eb: eb.create("loop.load", [sE, [bld.warp, r, col]], attrs).result)
