@@ -22,6 +22,8 @@ against torch eager fp32 (cosine, top-1 agreement over the batch), and three tim
   calling ``run_device`` back to back, each on its own execution context, over their wall time
   (trtexec ``--streams``): with two or more, one thread's host work overlaps another's
   kernels, as a serving loop's does (and the kernels of two inferences may overlap);
+  ``throughput_bound_images_per_s`` the same with each thread's output tensors allocated once
+  and passed as ``out=`` (trtexec's bindings), where the first allocates them every call;
 * ``device_ms``: the CUDA graph alone between two CUDA events (``program.launch_times``).
 
 Prints the int8 / fp16 ratio of each (throughput: per stream count, and the ratio of each
