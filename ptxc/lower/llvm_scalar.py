@@ -491,8 +491,8 @@ def round_to_magic_exact(m: np.ndarray) -> np.ndarray:
 
 def _magic_exact_operand(v, cache: dict) -> bool:
     """``v`` is an f32 constant, or a load of a ``loop.global`` (weights: a per-channel
-    requantization multiplier), whose every value is :func:`magic_exact`; ``cache`` keeps one
-    scan per global."""
+    requantization multiplier), whose every value is :func:`magic_exact`; ``cache`` (global op
+    -> answer) keeps one scan per global."""
     x = _constant_number(v)
     if x is not None:
         return magic_exact(x)
@@ -502,10 +502,9 @@ def _magic_exact_operand(v, cache: dict) -> bool:
     root = _root(op.operands[0])
     if getattr(root, "op", None) is None or root.op.name != "loop.global":
         return False
-    key = ("magic_exact", root.op)
-    if key not in cache:
-        cache[key] = magic_exact(root.op.attributes["value"].array)
-    return cache[key]
+    if root.op not in cache:
+        cache[root.op] = magic_exact(root.op.attributes["value"].array)
+    return cache[root.op]
 
 
 def _tie_free_bound(name: str, v) -> bool:
@@ -858,7 +857,7 @@ class ScalarEmitter:
             after:  add.s32 %a, %acc, %bias_magic;  fma.rn.f32 %y, %a, %m, %neg_magic_m
         """
         sums = self.__dict__.get("_magic_sums", {})
-        cache = self.__dict__.setdefault("_bounds", {})
+        cache = self.__dict__.setdefault("_magic_exact", {})
         for i in (0, 1):
             x, m = args[i], args[1 - i]
             hit = sums.get(id(x))
