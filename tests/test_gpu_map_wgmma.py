@@ -7,6 +7,8 @@ the operands' layout, the arch and map-to-gpu's ``wgmma`` option; the PTX (sm_90
 with ptxas without spills.
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -49,11 +51,12 @@ def test_wgmma_kernel_matches_the_nest(case):
 def test_tile_string_and_shared_alignment():
     m, _, _ = mapped(matmul_model(M=128, K=128, N=256, trans_b=True))
     (launch,) = launches(m)
-    assert launch.attributes["tile"] == "f16 wgmma 128x256x64 stages 4"
+    # the staged epilogue's region (8 warps x 8 rows x 256 + 8 words) costs BN 256 a stage
+    assert launch.attributes["tile"] == "f16 wgmma 128x256x64 stages 3 epilogue staged"
     assert launch.attributes["block"] == (256, 1, 1)
     shared = [o for o in launch.walk() if o.name == "gpu.shared"]
-    assert [o.results[0].type.shape for o in shared] == [(4, 128, 64), (4, 256, 64)]
-    assert all(o.attr("align") == 1024 for o in shared)
+    assert [o.results[0].type.shape for o in shared] == [(3, 128, 64), (3, 256, 64), (8, 8, 264)]
+    assert all(o.attr("align") == 1024 for o in shared[:2])
 
 
 def _drop(m, name):
@@ -88,7 +91,7 @@ def test_copies_overlapping_the_multiply_match_the_nest(case):
     (into stage (kt - 1) % S, which no wgmma in flight reads: the interpreter would refuse
     it); the kernel still equals the nest."""
     m, x, want = mapped(matmul_model(trans_b=True, **MATMULS[case]),
-                        "{wgmma=on wgmma-copies=overlap}")
+                        "{wgmma=on wgmma-copies=overlap wgmma-epilogue=fragment}")
     (launch,) = [o for o in launches(m) if o.attributes["schedule"] == "wgmma"]
     assert launch.attributes["tile"].endswith("stages 4")          # overlap: the default
     body = next(o for o in launch.walk() if o.name == "loop.for").regions[0].blocks[0].ops
@@ -97,7 +100,7 @@ def test_copies_overlapping_the_multiply_match_the_nest(case):
         names.index("gpu.wgmma_wait")
     check_close(run_main(m, x), want)
     m2, _, _ = mapped(matmul_model(trans_b=True, **MATMULS[case]),
-                      "{wgmma=on wgmma-copies=after-wait}")
+                      "{wgmma=on wgmma-copies=after-wait wgmma-epilogue=fragment}")
     (launch,) = [o for o in launches(m2) if o.attributes["schedule"] == "wgmma"]
     assert launch.attributes["tile"].endswith("stages 4 after-wait")
     from ptxc.lower.gpu_map import MapToGpu
@@ -150,6 +153,10 @@ def _contraction(model):
 
 
 class _Opts:
+    """map-to-gpu's options for wgmma.choose: the tile rules here, the fragment epilogue (the
+    staged one, which can cost a stage: test_wgmma_staged_epilogue.py)."""
+    wgmma_epilogue = "fragment"
+
     def __init__(self, wgmma="auto", arch="sm_90"):
         self.wgmma, self.arch = wgmma, arch
 
@@ -211,10 +218,11 @@ def test_64_row_wgmma_kernel_matches_the_nest(case):
     m, x, want = mapped(matmul_model(trans_b=True, **MATMULS[case]),
                         f"{{wgmma=on wgmma-tiles=[{tile}]}}")
     (launch,) = [o for o in launches(m) if o.attributes["schedule"] == "wgmma"]
-    assert launch.attributes["tile"] == f"f16 wgmma {tile}x64 stages 4"
+    assert launch.attributes["tile"] == f"f16 wgmma {tile}x64 stages 4 epilogue staged"
     assert launch.attributes["block"] == (128, 1, 1)
     shared = [o.results[0].type.shape for o in launch.walk() if o.name == "gpu.shared"]
-    assert shared == [(4, 64, 64), (4, int(tile.split("x")[1]), 64)]
+    bn = int(tile.split("x")[1])
+    assert shared == [(4, 64, 64), (4, bn, 64), (4, 8, bn + 8)]   # the staging region last
     check_close(run_main(m, x), want)
 
 
@@ -244,7 +252,8 @@ def test_wgmma_tiles_option():
             MapToGpu(wgmma_tiles=bad)
     m = loop_module(matmul_model(M=6272, K=2304, N=256, trans_b=True))
     PassManager("map-to-gpu{arch=sm_90 wgmma-tiles=[128x128,64x128]}").run(m)
-    assert [o.attributes["tile"] for o in launches(m)] == ["f16 wgmma 64x128x64 stages 4"]
+    assert [o.attributes["tile"] for o in launches(m)] == \
+        ["f16 wgmma 64x128x64 stages 4 epilogue staged"]
 
 
 def test_a_compile_for_another_arch_keeps_mma_sync():
@@ -281,8 +290,9 @@ def test_small_wgmma_kernels_assemble(case):
 
 @needs_ptxas
 @pytest.mark.slow
-@pytest.mark.parametrize("shape, tile", [((4096, 4096, 4096), "f16 wgmma 128x256x64 stages 4"),
-                                         ((4096, 4096, 768), "f16 wgmma 128x64x64 stages 4")])
+@pytest.mark.parametrize("shape, tile", [
+    ((4096, 4096, 4096), "f16 wgmma 128x256x64 stages 3 epilogue staged"),
+    ((4096, 4096, 768), "f16 wgmma 128x64x64 stages 3 epilogue staged")])
 def test_large_wgmma_kernel_assembles_without_spills(shape, tile):
     M, K, N = shape
     m = loop_module(matmul_model(M=M, K=K, N=N, trans_b=True, bias=False, relu=False))
@@ -292,7 +302,8 @@ def test_large_wgmma_kernel_assembles_without_spills(shape, tile):
     p = lower_to_ptx(m, arch="sm_90")
     assert ".extern .shared .align 1024" in p.ptx
     (k,) = p.table.kernels
-    assert k.dynamic_shared == 4 * (128 + int(tile.split("x")[1])) * 64 * 2
+    bn = int(tile.split("x")[1])     # 3 stages of tiles, then the staging region (f32)
+    assert k.dynamic_shared == 3 * (128 + bn) * 64 * 2 + 8 * 8 * (bn + 8) * 4
     r = assemble(p.ptx, p.arch).kernels[k.name]
     assert r.spill_stores == 0 and r.spill_loads == 0, r
 
@@ -329,10 +340,10 @@ def test_int8_wgmma_kernel_is_bit_exact(case):
     from test_gpu_map_mma_int8 import check_exact
     m, x, ref, want = _int8_mapped(gemm_model(**INT8_GEMMS[case]))
     (launch,) = [o for o in launches(m) if o.attributes["schedule"] == "wgmma"]
-    assert launch.attributes["tile"].startswith("s8 wgmma 128x") and \
-        launch.attributes["tile"].endswith("x128 stages 4")
+    assert re.fullmatch(r"s8 wgmma 128x(128|256)x128 stages [34] epilogue staged",
+                        launch.attributes["tile"])
     shared = [o.results[0].type for o in launch.walk() if o.name == "gpu.shared"]
-    assert all(t.element.name == "i8" and t.shape[-1] == 128 for t in shared)
+    assert all(t.element.name == "i8" and t.shape[-1] == 128 for t in shared[:2])
     shapes = {o.attributes["shape"] for o in launch.walk() if o.name == "gpu.wgmma"}
     assert shapes and all(s.endswith("k32") for s in shapes)
     check_exact(run_main(m, x), ref, want)
@@ -348,16 +359,17 @@ def test_int8_64_row_wgmma_kernel_is_bit_exact(case):
     from test_gpu_map_mma_int8 import check_exact
     m, x, ref, want = _int8_mapped(gemm_model(**INT8_GEMMS[case]), INT8_ROWS64[case])
     (launch,) = [o for o in launches(m) if o.attributes["schedule"] == "wgmma"]
-    assert launch.attributes["tile"] == f"s8 wgmma {INT8_ROWS64[case][1:-1]}x128 stages 4"
+    assert launch.attributes["tile"] == \
+        f"s8 wgmma {INT8_ROWS64[case][1:-1]}x128 stages 4 epilogue staged"
     assert launch.attributes["block"] == (128, 1, 1)
     check_exact(run_main(m, x), ref, want)
 
 
 def test_when_int8_takes_the_wgmma_form():
-    """s8 takes the wgmma form under ``auto`` (AUTO_KINDS, timed in session 12) and the same
-    rule as f16; its MIN_K counts 128-byte K tiles as f16's does: BN 128 and 64 from K = 1024
-    (8 tiles of 128 int8), BN 64 spanning N from 576 bytes. ``wgmma-kinds=[f16]`` keeps int8
-    on mma.sync."""
+    """s8 takes the wgmma form under ``auto`` (AUTO_KINDS, timed in session 12) with its own
+    depths (MIN_K_TILES, session 22): BN 64 and 128 from two 128-byte K tiles (K > 128), BN 256
+    from 32 as f16. f16 keeps 8 tiles at BN 128 and 64, but a 64-wide tile spanning N takes
+    f16 from one (NARROW_MIN_K_TILES). ``wgmma-kinds=[f16]`` keeps int8 on mma.sync."""
     from int8_ir import gemm_model
     deep = _contraction(gemm_model(4096, 1024, 1024))
     assert deep.kind == "s8" and wgmma.takes(deep)
@@ -367,15 +379,24 @@ def test_when_int8_takes_the_wgmma_form():
     f16_only = _Opts()
     f16_only.wgmma_kinds = ("f16",)          # map-to-gpu{wgmma-kinds=[f16]}
     assert wgmma.choose(deep, f16_only) is None
-    assert wgmma.choose(_contraction(gemm_model(4096, 512, 1024)), _Opts()) is None
-    # N = 64, spanned by a 64-wide tile: from K = 576 bytes (NARROW_MIN_K_BYTES; ResNet-50 b32's
-    # layer-1 3x3 convs: 128 x 64, 784 CTAs); its K = 256 1x1 convs stay on mma.sync, and so
-    # do f16 ones of K = 256 (512 bytes)
-    assert wgmma.choose(_contraction(gemm_model(100352, 576, 64)), _Opts()) == \
+    # two K tiles and more (K = 256, 512; ResNet-50's int8 1x1 convs and stem): wgmma; BN 256
+    # is too wide for that depth, 128 x 128 gives 256 CTAs: 128 x 64
+    for k in (256, 512):
+        assert wgmma.choose(_contraction(gemm_model(4096, k, 1024)), _Opts()) == \
+            wgmma.Config(64, bk=128)
+    assert wgmma.choose(_contraction(gemm_model(100352, 576, 128)), _Opts()) == \
+        wgmma.Config(128, bk=128)
+    assert wgmma.choose(_contraction(gemm_model(100352, 256, 64)), _Opts()) == \
         wgmma.Config(64, bk=128)
-    assert wgmma.choose(_contraction(gemm_model(100352, 512, 64)), _Opts()) is None
-    assert wgmma.choose(_contraction(gemm_model(100352, 576, 128)), _Opts()) is None
-    assert wgmma.choose(_contraction(matmul_model(M=100352, K=256, N=64, trans_b=True)),
+    # one K tile (K <= 128: ResNet-50's layer-1 conv1 of K = 64): mma.sync
+    for k in (64, 128):
+        assert wgmma.choose(_contraction(gemm_model(100352, k, 64)), _Opts()) is None
+        assert wgmma.choose(_contraction(gemm_model(100352, k, 256)), _Opts()) is None
+    # f16: 1x1 convs of N = 64 in a 64-wide tile from one K tile; N = 128 from 8
+    for k in (64, 256):
+        assert wgmma.choose(_contraction(matmul_model(M=100352, K=k, N=64, trans_b=True)),
+                            _Opts()) == wgmma.Config(64)
+    assert wgmma.choose(_contraction(matmul_model(M=100352, K=256, N=128, trans_b=True)),
                         _Opts()) is None
     from ptxc.lower.gpu_map import MapToGpu
     assert MapToGpu(wgmma_kinds=["f16", "s8"]).wgmma_kinds == ("f16", "s8")
@@ -383,10 +404,19 @@ def test_when_int8_takes_the_wgmma_form():
         MapToGpu(wgmma_kinds=["tf32"])
     m = loop_module(gemm_model(4096, 1024, 1024))
     PassManager("map-to-gpu{arch=sm_90}").run(m)
-    assert [o.attributes["tile"] for o in launches(m)] == ["s8 wgmma 128x64x128 stages 4"]
+    assert [o.attributes["tile"] for o in launches(m)] == \
+        ["s8 wgmma 128x64x128 stages 3 epilogue staged"]
     # on: the first tile whose grid covers the SMs (64 x 64: 64 x 4 = 256 CTAs)
     assert wgmma.choose(_contraction(gemm_model(4096, 512, 256)), _Opts(wgmma="on")) == \
         wgmma.Config(64, bk=128, bm=64)
+    # wgmma-min-k-tiles (timing runs): every tile from that many K tiles
+    opts = _Opts()
+    opts.wgmma_min_k_tiles = 1
+    assert wgmma.choose(_contraction(gemm_model(100352, 64, 256)), opts) == \
+        wgmma.Config(256, bk=128)
+    assert MapToGpu(wgmma_min_k_tiles=4).wgmma_min_k_tiles == 4
+    with pytest.raises(ValueError, match="wgmma-min-k-tiles"):
+        MapToGpu(wgmma_min_k_tiles=-1)
 
 
 @needs_ptxas

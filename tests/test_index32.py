@@ -272,7 +272,8 @@ def test_a_32_bit_int8_wgmma_epilogue_stores_byte_pairs():
     pairs = []
     for opts in ("", " index32=false"):
         m = make()
-        PassManager(f"map-to-gpu{{wgmma=on arch=sm_90 mma-epilogue=staged{opts}}}").run(m)
+        PassManager(f"map-to-gpu{{wgmma=on arch=sm_90 mma-epilogue=staged "
+                    f"wgmma-epilogue=fragment{opts}}}").run(m)
         assert {o.attributes["schedule"] for o in m.walk() if o.name == "gpu.launch"} >= \
             {"wgmma"}
         p = lower_to_ptx(m, arch="sm_90")

@@ -125,11 +125,23 @@ def _check_wgmma_tiles(instance, attribute, value):
 
 
 _DEFAULT_WGMMA_COPIES = wgmma.COPIES[0]   # (inside MapToGpu, ``wgmma`` is the option)
+_DEFAULT_WGMMA_EPILOGUE = wgmma.DEFAULT_EPILOGUE
 
 
 def _check_wgmma_copies(instance, attribute, value):
     if value not in wgmma.COPIES:
         raise ValueError(f"wgmma-copies must be one of {', '.join(wgmma.COPIES)}, is {value!r}")
+
+
+def _check_min_k_tiles(instance, attribute, value):
+    if not isinstance(value, int) or value < 0:
+        raise ValueError(f"wgmma-min-k-tiles must be a count of K tiles >= 0, is {value!r}")
+
+
+def _check_wgmma_epilogue(instance, attribute, value):
+    if value not in wgmma.EPILOGUES:
+        raise ValueError(f"wgmma-epilogue must be one of {', '.join(wgmma.EPILOGUES)}, is "
+                         f"{value!r}")
 
 
 def _check_wgmma_kinds(instance, attribute, value):
@@ -179,6 +191,10 @@ class MapToGpu(Pass):
     ``auto`` tries in order, taking the first whose grid gives two CTAs per SM (wgmma.py,
     "When"). ``wgmma-copies``: ``overlap`` (default) or ``after-wait``, where the K loop issues
     the next tile's copies (wgmma.COPIES). Session 12 timed each on the H200 (bench/RESULTS.md).
+    ``wgmma-epilogue``: ``fragment`` (default) or ``staged``, the wgmma kernels' epilogue
+    (wgmma.py, "Epilogue": each warp's accumulators through the mma schedule's staged region).
+    ``wgmma-min-k-tiles`` (0: wgmma.MIN_K's rule): ``auto`` takes a GEMM whose K spans more
+    than this many K tiles less one (128 bytes of k each), whatever the tile (timing runs).
     Never on an arch without wgmma: ``arch`` (e.g. ``sm_90``; default
     ``ptxc.ptx.default_arch()``, what lower_to_ptx builds for) is the arch
     the kernels are for; a compile passes its own.
@@ -285,6 +301,9 @@ class MapToGpu(Pass):
                                                validator=_check_wgmma_tiles)
     wgmma_copies: str = attrs.field(default=_DEFAULT_WGMMA_COPIES,
                                     validator=_check_wgmma_copies)
+    wgmma_epilogue: str = attrs.field(default=_DEFAULT_WGMMA_EPILOGUE,
+                                      validator=_check_wgmma_epilogue)
+    wgmma_min_k_tiles: int = attrs.field(default=0, validator=_check_min_k_tiles)
 
     def run(self, module: Operation) -> bool:
         return map_to_gpu(module, self)

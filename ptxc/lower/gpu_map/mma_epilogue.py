@@ -119,13 +119,14 @@ def allocate(bld, b) -> None:
     bld.staging = shared(b, staging_shape(bld.cfg), bld.acc_t)
 
 
-def staged(bld, b, acc: list) -> None:
+def staged(bld, b, acc: list, warp_rows: int | None = None) -> None:
     """The staged epilogue of mma ``_Builder`` ``bld`` at ``b`` (module docstring), through
     its region (:func:`allocate`); ``acc`` is the main loop's accumulators, ``[mi][ni][4]``
-    flattened."""
+    flattened, of a warp tile of ``warp_rows`` (default ``cfg.wm``) x ``cfg.wn`` at
+    (``bld.wm0``, ``bld.wn0``) of the CTA's tile (the wgmma form: 16 x BN per warp)."""
     c, cfg = bld.c, bld.cfg
     lane, warp = bld.lane, bld.warp
-    mi_n, ni_n, wn = cfg.wm // 16, cfg.wn // 8, cfg.wn
+    mi_n, ni_n, wn = (warp_rows or cfg.wm) // 16, cfg.wn // 8, cfg.wn
     sE = bld.staging
     g = div(b, lane, 4)
     t2 = mul(b, sub(b, lane, mul(b, g, 4)), 2)

@@ -32,6 +32,23 @@ and a weight stored [N, K], as ptxc stores a Gemm's or a transposed MatMul's), a
         where m < M and n < N: the nest's point program (start + acc, bias, activation, cast,
         store), as the mma schedule's fragment epilogue (:meth:`mma._Builder._guarded_point`)
 
+**Epilogue** (:attr:`Config.epilogue`, map-to-gpu's ``wgmma-epilogue``): ``fragment`` runs
+the point program per accumulator where the D layout puts it (above): a warp's store
+instruction touches 8 rows x 4 lanes' element pairs, 8 sectors for 32 useful bytes in int8.
+``staged`` hands each warp's accumulators to the mma schedule's staged epilogue
+(mma_epilogue.py): in the D layout warp ``w`` of warpgroup ``wg`` holds rows ``64 wg + 16 w``
+.. ``+ 15`` and all BN columns exactly as an mma.sync warp tile of 16 x BN holds its
+fragments, so the same code writes them to a warp-private region row by row and reads them
+back row-major, 16 lanes across a row (int8 at BN = 64: 4 consecutive bytes a lane, two rows
+of 64 bytes per store instruction)::
+
+    sE = gpu.shared [BM / 16][8][BN + 8]      (f32 / i32: 18 KiB at 128 x 64)
+    after the K loop: wm0 = 16 warp, wn0 = 0; mma_epilogue.staged(acc, warp_rows = 16)
+
+Its region must not cost a CTA per SM: :func:`with_epilogue` gives up a stage (not under 3)
+where the region would (128 x 64 at 4 stages: 96 + 18 KiB, two CTAs need 230 of the SM's
+228 KiB; at 3 stages 90 KiB), and keeps ``fragment`` where nothing fits.
+
 This is bench/wgmma_gemm.py's kernel (its descriptors, swizzle, fence/commit/wait and
 accumulator layout, checked exact on the H200) with the compiler's edges: guards and zero-fill
 for any M, N and K % 8 == 0, batches, and the fused epilogue. The ops are the gpu dialect's
@@ -45,11 +62,12 @@ arch other than sm_90 / sm_90a (wgmma is Hopper's; the PTX is then built for sm_
 on sm_90 devices only: :func:`ptxc.ptx.lower_to_ptx`). ``auto``, over the tiles of
 :data:`TILES` (or map-to-gpu's ``wgmma-tiles``) in order, leaving out those whose BN is at
 least twice N (half their columns would be padding) and those K is too shallow for
-(:data:`MIN_K`): the first whose grid gives :data:`WAVES` CTAs per SM (:data:`mma.SMS`), else
+(:data:`MIN_K_TILES`, per kind: f16 BN 64 and 128 from 8 K tiles, s8 from 2; BN 256 from 32;
+a 64-wide tile spanning N from 1): the first whose grid gives :data:`WAVES` CTAs per SM (:data:`mma.SMS`), else
 the one with the most CTAs if that covers the SMs, else none. 128 x 256 first (0.71x of cuBLAS
 at 4096^3 against 0.63x at 128, both 4 stages), then 128 x 128, 128 x 64, 64 x 128, 64 x 64.
-Shallower or smaller GEMMs keep mma.sync, whose split-K fills the GPU and whose staged
-epilogue wins on ResNet-50's short-K 1x1 convs. ``on``: every contraction it can take,
+Shallower or smaller GEMMs keep mma.sync, whose split-K fills the GPU and which wins on
+f16's short-K 1x1 convs. ``on``: every contraction it can take,
 whatever its size (tests; the first tile whose grid covers the SMs, else the last of
 ``wgmma-tiles`` when given, else BM 128 and the smallest BN of 64, 128, 256 that covers N). A
 64-row tile is one warpgroup of 128 threads.
@@ -59,7 +77,7 @@ forced onto each tile in turn, int8 and fp16, per kernel. Two waves, not one: a 
 CTAs (layer 2's 3x3 convs at 128 x 128) ran 22.7 us in int8 and 30 us in fp16, at 128 x 64
 (392 CTAs) 19.0 and 26.5; the 64-row tiles took layer 3's 3x3 convs from 22 to 16 us (int8)
 and 35 to 24 (fp16). The width rule: fp16's layer-1 3x3 conv (N = 64) ran 45 us at 128 x 128
-and 32 at 128 x 64.
+and 32 at 128 x 64. The depths are session 22's, with the staged epilogue (:data:`MIN_K_TILES`).
 The tile string (``ptxc inspect``, the kernel table) reads ``f16 wgmma 128x256x64 stages 4``.
 
 Decisions:
@@ -72,8 +90,7 @@ Decisions:
   wgmmas in flight read (the interpreter refuses a copy into a tile an unwaited wgmma reads).
   On the H200 (session 11's forms, timed in session 12) ResNet-50 b32 went 1.061 -> 1.053 ms
   in int8 and 1.446 -> 1.423 in fp16 against ``after-wait``, the timed prototype's order.
-* the fragment epilogue (no staging through shared memory): the mma schedule's staged
-  epilogue is written for its warp tiles; a staged wgmma epilogue (or stmatrix) comes next.
+* the fragment epilogue by default; ``staged`` below is the option.
 
 Open question for the GPU: the copies are ``cp.async`` (generic proxy) and wgmma reads shared
 memory through the async proxy; the PTX ISA asks for a ``fence.proxy.async`` between such
@@ -98,7 +115,7 @@ from ...dialects.gpu_wgmma import ROW_BYTES, SWIZZLE_PERIOD, WARPGROUP
 from ...dialects.loop import for_loop, if_op
 from ...ir.builder import Builder
 from ...ir.core import Operation, Value
-from . import mma
+from . import mma, mma_epilogue
 from .common import add, cmp, const, div, launch_before, mul, sub
 from .contraction import Contraction, ctas
 
@@ -123,6 +140,9 @@ DEFAULT_MODE = "auto"
 #: (the default: between the commit and the wait, so the copies' address arithmetic runs while
 #: the tensor core multiplies) or ``after-wait`` (the hand-written prototype's order)
 COPIES = ("overlap", "after-wait")
+#: map-to-gpu's ``wgmma-epilogue`` (module docstring, "Epilogue")
+EPILOGUES = ("fragment", "staged")
+DEFAULT_EPILOGUE = "staged"
 #: the archs that have wgmma (sm_90: built as sm_90a)
 ARCHS = ("sm_90", "sm_90a")
 #: ``auto`` takes a BN only for K at least this deep: a short K leaves the pipeline (one wait
@@ -131,16 +151,25 @@ ARCHS = ("sm_90", "sm_90a")
 #: in the staged mma.sync kernel; 128 x 128 wgmma tiles ran 0-9% faster at K = 512 .. 2048;
 #: BN = 256 is timed faster only at K = 4096 (0.76x cuBLAS against mma.sync's 0.53x)
 MIN_K = {256: 2048, 128: 512, 64: 512}
-#: the same in K tiles (128 bytes of k each), for every kind (s8: BN = 128 from K = 1024);
-#: BN = 64 as BN = 128 (session 12: int8 1x1 convs of K = 512 ran 18.0 us on mma.sync's
-#: staged epilogue and 22.1 at wgmma 128 x 64; f16 3x3 convs of K = 576 gained at 128 x 64)
-MIN_K_TILES = {bn: k // BK for bn, k in MIN_K.items()}
+#: per kind, per BN: the K tiles (128 bytes of k each, rounded up) ``auto`` asks for
+#: (:func:`_deep_enough`). f16 is MIN_K in tiles (BN = 64 as BN = 128). s8 takes BN 64 and
+#: 128 from two tiles (K > 128) since its wgmma kernels have the staged epilogue: session 22
+#: (H100, ResNet-50 b32, ``wgmma-min-k-tiles``, each kernel timed alone) ran the int8 1x1
+#: convs of K = 256 .. 512 and the space-to-depth stem (K = 256) 15-25% faster there than on
+#: mma.sync (the stem 62.3 -> 52.8 us, layer-2 conv1 13.6 -> 10.2, layer-3.0 conv1 20.7 ->
+#: 15.6; layer-3 conv3 at K = 256 even), where f16's 128 x 128 tiles at K = 256 ran 15-20%
+#: slower (layer-3 conv3 18.6 -> 21.9 us). K of one tile stays on mma.sync (int8 layer-1.0
+#: conv1, K = 64: 10.3 -> 11.6 us); BN = 256 keeps f16's depth in both kinds (s8 at K = 64 ..
+#: 128: 19.6 -> 28.2 us).
+MIN_K_TILES = {"f16": {bn: k // BK for bn, k in MIN_K.items()},
+               "s8": {256: MIN_K[256] // BK, 128: 2, 64: 2}}
 #: BN = 64 where the tile spans N (N <= 64: each row of A read by one CTA) from K of this many
-#: bytes (4.5 K tiles) instead: session 12's sweep timed ResNet-50 b32's int8 layer-1 3x3
-#: convs (N = 64, K = 576) at 23.7-24.7 us in wgmma 128 x 64 tiles against 27.4-28.1 on
-#: mma.sync; its 1x1 convs of K = 256, N = 64 (512 bytes in f16) ran f16 28.4 against 25.6
-#: and int8 (256 bytes) 20.3 against 20.4: they stay
-NARROW_MIN_K_BYTES = 576
+#: tiles instead, per kind (s8: its MIN_K_TILES). Session 12 (fragment epilogue) kept
+#: f16 1x1 convs of K = 256 on mma.sync (28.4 us against 25.6) and took 3x3 convs of K = 576
+#: (23.7-24.7 us against 27.4-28.1 in int8); session 22 with the staged epilogue timed f16's
+#: layer-1 1x1 convs of K = 256 at 26.1-26.9 us in wgmma 128 x 64 against 30.9-32.0, and of
+#: K = 64 at 12.4 against 16.4 (int8's of K = 64 at 11.6 against 10.3)
+NARROW_MIN_K_TILES = {"f16": 1, "s8": MIN_K_TILES["s8"][64]}
 #: the kinds ``auto`` gives the wgmma form (map-to-gpu's ``wgmma-kinds`` replaces it). s8
 #: timed on the H200 in session 12: ResNet-50 b32's int8 3x3 convs of layers 2-4 and its
 #: layer-3/4 1x1 convs of K >= 1024 ran 10-30% faster than on int8 mma.sync
@@ -159,11 +188,17 @@ class Config:
     #: issue the next tile's copies between the commit and the wait (overlapping this tile's
     #: multiplies), not after the wait: map-to-gpu's ``wgmma-copies`` (:data:`COPIES`)
     overlap: bool = True
+    #: ``fragment`` (the point program straight from wgmma's D layout) or ``staged`` (each
+    #: warp's 16 x BN accumulators through shared memory, mma_epilogue.py): map-to-gpu's
+    #: ``wgmma-epilogue`` (:data:`EPILOGUES`; module docstring, "Epilogue")
+    epilogue: str = "fragment"
 
     warps_n = 1
     wm = 64                   # rows per warpgroup (the builder's "warp tile")
     splits = 1
-    epilogue = "fragment"
+    #: rows of one warp's accumulators (wgmma's D layout: warp w of a warpgroup holds rows
+    #: 16 w .. 16 w + 15 of its 64, all BN columns, as an mma.sync warp tile of 16 x BN)
+    epilogue_wm = 16
 
     @property
     def warps_m(self) -> int:
@@ -179,7 +214,8 @@ class Config:
 
     def describe(self, kind: str) -> str:
         return (f"{kind} wgmma {self.bm}x{self.bn}x{self.bk} stages {self.stages}"
-                + ("" if self.overlap else " after-wait"))
+                + ("" if self.overlap else " after-wait")
+                + (f" epilogue {self.epilogue}" if self.epilogue != "fragment" else ""))
 
 
 def parse_tiles(items) -> tuple:
@@ -201,7 +237,28 @@ def parse_tiles(items) -> tuple:
 
 
 def shared_bytes(cfg: Config) -> int:
-    return cfg.stages * (cfg.bm + cfg.bn) * ROW_BYTES
+    return cfg.stages * (cfg.bm + cfg.bn) * ROW_BYTES + mma_epilogue.staging_bytes(cfg)
+
+
+def blocks_per_sm(cfg: Config) -> int:
+    """CTAs of ``cfg`` one SM's shared memory holds (each also takes the 1 KiB the driver
+    reserves)."""
+    return mma.SM_SHARED // (shared_bytes(cfg) + 1024)
+
+
+def with_epilogue(cfg: Config, epilogue: str) -> Config:
+    """``cfg`` with ``epilogue`` (module docstring, "Epilogue"): the staged region must not cost
+    a CTA per SM, so a staged tile that would hold fewer than the fragment one gives up one
+    stage (not under 3) where that restores them; ``cfg`` itself (fragment) where nothing
+    does, or where the region does not fit at all."""
+    if epilogue == cfg.epilogue:
+        return cfg
+    want = blocks_per_sm(cfg)
+    for stages in range(cfg.stages, min(cfg.stages, 3) - 1, -1):
+        out = attrs.evolve(cfg, epilogue=epilogue, stages=stages)
+        if shared_bytes(out) <= mma.SHARED_LIMIT and blocks_per_sm(out) >= want:
+            return out
+    return cfg
 
 
 def takes(c: Contraction) -> bool:
@@ -229,7 +286,8 @@ def choose(c: Contraction, options=None) -> Config | None:
     overlap = getattr(options, "wgmma_copies", COPIES[0]) == "overlap"
     given = getattr(options, "wgmma_tiles", ())
     tiles = parse_tiles(given)
-    cfg = _auto_tile(c, tiles, bk) if mode != "on" else _on_tile(c, tiles, bk)
+    min_k = getattr(options, "wgmma_min_k_tiles", 0)
+    cfg = _auto_tile(c, tiles, bk, min_k) if mode != "on" else _on_tile(c, tiles, bk)
     if cfg is None:
         if mode != "on":
             return None
@@ -238,14 +296,18 @@ def choose(c: Contraction, options=None) -> Config | None:
         else:
             cfg = Config(next(bn for bn in BNS if bn >= c.N or bn == 256), bk=bk)
     cfg = attrs.evolve(cfg, overlap=overlap)
-    return cfg if shared_bytes(cfg) <= mma.SHARED_LIMIT else None
+    if shared_bytes(cfg) > mma.SHARED_LIMIT:
+        return None
+    return with_epilogue(cfg, getattr(options, "wgmma_epilogue", DEFAULT_EPILOGUE))
 
 
-def _auto_tile(c: Contraction, tiles: tuple, bk: int) -> Config | None:
+def _auto_tile(c: Contraction, tiles: tuple, bk: int, min_k: int = 0) -> Config | None:
     """``auto``'s tile (module docstring, "When"): of the tiles K is deep enough for and that
     are less than twice as wide as N, the first with WAVES CTAs per SM, else the one with the
-    most CTAs where they cover the SMs, else None."""
-    fits = [(bm, bn) for bm, bn in tiles if _deep_enough(c, bn, bk)
+    most CTAs where they cover the SMs, else None. ``min_k`` (map-to-gpu's
+    ``wgmma-min-k-tiles``; 0: :func:`_deep_enough`): K tiles every tile needs instead."""
+    fits = [(bm, bn) for bm, bn in tiles
+            if (c.K > (min_k - 1) * bk if min_k else _deep_enough(c, bn, bk))
             and (bn <= 64 or bn < 2 * c.N)]
     full = [t for t in fits if ctas(c, *t) >= WAVES * mma.SMS]
     if full:
@@ -259,12 +321,13 @@ def _auto_tile(c: Contraction, tiles: tuple, bk: int) -> Config | None:
 
 
 def _deep_enough(c: Contraction, bn: int, bk: int) -> bool:
-    """Whether K fills the pipeline of BN-wide tiles (:data:`MIN_K_TILES`, or
-    :data:`NARROW_MIN_K_BYTES` for a 64-wide tile that spans N). ``bk`` elements are 128
+    """Whether K fills the pipeline of BN-wide tiles (:data:`MIN_K_TILES` of the kind, or
+    :data:`NARROW_MIN_K_TILES` for a 64-wide tile that spans N). ``bk`` elements are 128
     bytes."""
-    if bn == 64 and c.N <= 64 and c.K * (128 // bk) >= NARROW_MIN_K_BYTES:
+    tiles = -(-c.K // bk)
+    if bn == 64 and c.N <= 64 and tiles >= NARROW_MIN_K_TILES[c.kind]:
         return True
-    return c.K >= MIN_K_TILES[bn] * bk
+    return tiles >= MIN_K_TILES[c.kind][bn]
 
 
 def _on_tile(c: Contraction, tiles: tuple, bk: int) -> Config | None:
@@ -299,6 +362,8 @@ class _Builder(mma._Builder):
         launch.attributes["tile"] = cfg.describe(c.kind)
         self.s = {id(x): shared(b, self._tile_shape(x), self.el, align=SWIZZLE_PERIOD)
                   for x in (c.a, c.b)}
+        if cfg.epilogue in mma_epilogue.STAGED:
+            mma_epilogue.allocate(self, b)
         self.tid = tid = thread_id(b, 0)
         self.warp = div(b, tid, 32)
         self.lane = sub(b, tid, mul(b, self.warp, 32))
@@ -341,7 +406,12 @@ class _Builder(mma._Builder):
         if cfg.overlap:
             acc = list(fb.create("gpu.wgmma_wait", [acc], wait).results)
         fb.create("loop.yield", acc)
-        self._wgmma_epilogue(b, wg, list(loop.results))
+        if cfg.epilogue in mma_epilogue.STAGED:
+            # each warp's 16 x BN accumulators are an mma.sync warp tile's fragments
+            self.wm0, self.wn0 = mul(b, self.warp, cfg.epilogue_wm), const(b, 0)
+            mma_epilogue.staged(self, b, list(loop.results), warp_rows=cfg.epilogue_wm)
+        else:
+            self._wgmma_epilogue(b, wg, list(loop.results))
         return launch
 
     def _wgmma_epilogue(self, b: Builder, wg: Value, acc: list) -> None:
