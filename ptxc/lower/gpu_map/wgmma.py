@@ -47,7 +47,14 @@ of 64 bytes per store instruction)::
 
 Its region must not cost a CTA per SM: :func:`with_epilogue` gives up a stage (not under 3)
 where the region would (128 x 64 at 4 stages: 96 + 18 KiB, two CTAs need 230 of the SM's
-228 KiB; at 3 stages 90 KiB), and keeps ``fragment`` where nothing fits.
+228 KiB; at 3 stages 90 KiB), and keeps ``fragment`` where nothing fits. A tile alone on its
+SM keeps its stages, so 128 x 256 (192 KiB at 4 stages, 66 more staged) stays ``fragment``:
+staged at 3 stages, the int8 4096^3 GEMM ran 142.7 us on an H100 (session 22) where the
+fragment form at 4 had run 113.9 (session 21).
+
+Timed (session 22, H100, ResNet-50 b32 where every wgmma kernel is 128 x 64, 128 x 128 or
+64 x 64, each kernel alone): int8 layer-1 3x3 convs 28.8-30.2 -> 23.8-25.0 us, layer-2 3x3
+convs 24.4-25.0 -> 19.7-20.4, the CUDA graph 0.816 -> 0.741 ms; fp16 graph 1.255 -> 1.170.
 
 This is bench/wgmma_gemm.py's kernel (its descriptors, swizzle, fence/commit/wait and
 accumulator layout, checked exact on the H200) with the compiler's edges: guards and zero-fill
@@ -249,12 +256,13 @@ def blocks_per_sm(cfg: Config) -> int:
 def with_epilogue(cfg: Config, epilogue: str) -> Config:
     """``cfg`` with ``epilogue`` (module docstring, "Epilogue"): the staged region must not cost
     a CTA per SM, so a staged tile that would hold fewer than the fragment one gives up one
-    stage (not under 3) where that restores them; ``cfg`` itself (fragment) where nothing
-    does, or where the region does not fit at all."""
+    stage (not under 3) where that restores them; a tile alone on its SM gives up none (no
+    other CTA hides its pipeline); ``cfg`` itself (fragment) where nothing fits."""
     if epilogue == cfg.epilogue:
         return cfg
     want = blocks_per_sm(cfg)
-    for stages in range(cfg.stages, min(cfg.stages, 3) - 1, -1):
+    lowest = cfg.stages if want < 2 else min(cfg.stages, 3)
+    for stages in range(cfg.stages, lowest - 1, -1):
         out = attrs.evolve(cfg, epilogue=epilogue, stages=stages)
         if shared_bytes(out) <= mma.SHARED_LIMIT and blocks_per_sm(out) >= want:
             return out
