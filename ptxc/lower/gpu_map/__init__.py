@@ -191,8 +191,9 @@ class MapToGpu(Pass):
     ``auto`` tries in order, taking the first whose grid gives two CTAs per SM (wgmma.py,
     "When"). ``wgmma-copies``: ``overlap`` (default) or ``after-wait``, where the K loop issues
     the next tile's copies (wgmma.COPIES). Session 12 timed each on the H200 (bench/RESULTS.md).
-    ``wgmma-epilogue``: ``fragment`` (default) or ``staged``, the wgmma kernels' epilogue
-    (wgmma.py, "Epilogue": each warp's accumulators through the mma schedule's staged region).
+    ``wgmma-epilogue``: ``staged`` (default) or ``fragment``, the wgmma kernels' epilogue
+    (wgmma.py, "Epilogue": each warp's accumulators through the mma schedule's staged region;
+    on an H100, session 22, ResNet-50 b32 int8 0.816 -> 0.741 ms, fp16 1.255 -> 1.170).
     ``wgmma-min-k-tiles`` (0: wgmma.MIN_K's rule): ``auto`` takes a GEMM whose K spans more
     than this many K tiles less one (128 bytes of k each), whatever the tile (timing runs).
     Never on an arch without wgmma: ``arch`` (e.g. ``sm_90``; default

@@ -97,7 +97,8 @@ Decisions:
   wgmmas in flight read (the interpreter refuses a copy into a tile an unwaited wgmma reads).
   On the H200 (session 11's forms, timed in session 12) ResNet-50 b32 went 1.061 -> 1.053 ms
   in int8 and 1.446 -> 1.423 in fp16 against ``after-wait``, the timed prototype's order.
-* the fragment epilogue by default; ``staged`` below is the option.
+* the staged epilogue by default (session 22; "Epilogue" above); ``fragment`` where its
+  region does not fit, and by map-to-gpu's ``wgmma-epilogue=fragment``.
 
 Open question for the GPU: the copies are ``cp.async`` (generic proxy) and wgmma reads shared
 memory through the async proxy; the PTX ISA asks for a ``fence.proxy.async`` between such
