@@ -194,7 +194,7 @@ class MapToGpu(Pass):
     ``wgmma-epilogue``: ``staged`` (default) or ``fragment``, the wgmma kernels' epilogue
     (wgmma.py, "Epilogue": each warp's accumulators through the mma schedule's staged region;
     on an H100, session 22, ResNet-50 b32 int8 0.816 -> 0.741 ms, fp16 1.255 -> 1.170).
-    ``wgmma-min-k-tiles`` (0: wgmma.MIN_K's rule): ``auto`` takes a GEMM whose K spans more
+    ``wgmma-min-k-tiles`` (0: wgmma.MIN_K_TILES's rule): ``auto`` takes a GEMM whose K spans more
     than this many K tiles less one (128 bytes of k each), whatever the tile (timing runs).
     Never on an arch without wgmma: ``arch`` (e.g. ``sm_90``; default
     ``ptxc.ptx.default_arch()``, what lower_to_ptx builds for) is the arch
