@@ -71,11 +71,11 @@ on sm_90 devices only: :func:`ptxc.ptx.lower_to_ptx`). ``auto``, over the tiles 
 least twice N (half their columns would be padding) and those K is too shallow for
 (:data:`MIN_K_TILES`, per kind: f16 BN 64 and 128 from 8 K tiles, s8 from 2; BN 256 from 32;
 in f16 a 64-wide tile spanning N from 1): the first whose grid gives :data:`WAVES` CTAs per SM
-(:data:`mma.SMS`), else the one with the most CTAs if that covers the SMs, else none. 128 x 256 first (0.71x of cuBLAS
-at 4096^3 against 0.63x at 128, both 4 stages), then 128 x 128, 128 x 64, 64 x 128, 64 x 64.
-Shallower or smaller GEMMs keep mma.sync, whose split-K fills the GPU and which wins on
-f16's short-K 1x1 convs. ``on``: every contraction it can take,
-whatever its size (tests; the first tile whose grid covers the SMs, else the last of
+(:data:`mma.SMS`), else the one with the most CTAs if that covers the SMs, else none.
+128 x 256 first (0.71x of cuBLAS at 4096^3 against 0.63x at 128, both 4 stages), then
+128 x 128, 128 x 64, 64 x 128, 64 x 64. Shallower or smaller GEMMs keep mma.sync, whose
+split-K fills the GPU and which wins on f16's short-K 1x1 convs. ``on``: every contraction it
+can take, whatever its size (tests; the first tile whose grid covers the SMs, else the last of
 ``wgmma-tiles`` when given, else BM 128 and the smallest BN of 64, 128, 256 that covers N). A
 64-row tile is one warpgroup of 128 threads.
 
