@@ -311,16 +311,17 @@ def test_large_wgmma_kernel_assembles_without_spills(shape, tile):
 
 # ---- int8: wgmma .m64nNk32.s32.s8.s8 ----------------------------------------------------------
 
-def _int8_mapped(model, tiles=""):
+def _int8_mapped(model, tiles="", options=""):
     """(mapped with wgmma on, inputs, the graph interpreter's outputs, the unmapped nest's);
-    ``tiles``: map-to-gpu's wgmma-tiles, e.g. ``[64x64]``."""
+    ``tiles``: map-to-gpu's wgmma-tiles, e.g. ``[64x64]``; ``options``: more of its options,
+    e.g. ``wgmma-epilogue=fragment``."""
     import ptxc
     from contraction_ir import inputs_for
     x = inputs_for(model)
     ref = ptxc.interpret(ptxc.import_onnx(model), x)
     m = loop_module(model)
     want = run_main(m, x)
-    extra = f" wgmma-tiles={tiles}" if tiles else ""
+    extra = (f" wgmma-tiles={tiles}" if tiles else "") + (f" {options}" if options else "")
     PassManager(f"map-to-gpu{{wgmma=on arch=sm_90{extra}}}").run(m)
     return m, x, ref, want
 
@@ -434,17 +435,20 @@ def test_int8_wgmma_kernel_assembles(tiles, shape):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("epilogue", ["staged", "fragment"])
 @pytest.mark.parametrize("case, tiles", [(c, "") for c in sorted(INT8_GEMMS)] +
                          sorted(INT8_ROWS64.items()))
-def test_int8_wgmma_on_gpu_is_bit_exact(case, tiles):
-    """The int8 wgmma kernels (also in 64-row tiles) on an sm_90 GPU give the interpreter's
-    answer bit for bit."""
+def test_int8_wgmma_on_gpu_is_bit_exact(case, tiles, epilogue):
+    """The int8 wgmma kernels (also in 64-row tiles), with either epilogue (staged, the
+    default, where it fits: test_wgmma_staged_epilogue.py), on an sm_90 GPU give the
+    interpreter's answer bit for bit."""
     from int8_ir import gemm_model
     from ptxc.driver.plan import device_arch
     from test_ptx import run_on_gpu
     if device_arch() not in ("sm_90", "sm_90a"):
         pytest.skip(f"wgmma needs sm_90, the GPU is {device_arch()}")
-    m, x, ref, _ = _int8_mapped(gemm_model(**INT8_GEMMS[case]), tiles)
+    m, x, ref, _ = _int8_mapped(gemm_model(**INT8_GEMMS[case]), tiles,
+                                f"wgmma-epilogue={epilogue}")
     got = run_on_gpu(lower_to_ptx(m, arch="sm_90"), x)
     for k in ref:
         np.testing.assert_array_equal(got[k], ref[k], err_msg=k)
