@@ -64,7 +64,6 @@ appears later in the process), the first run checks the arch exactly as loading 
 
 from __future__ import annotations
 
-import functools
 import os
 import tempfile
 import time
@@ -73,6 +72,7 @@ import numpy as np
 
 from ..errors import CompileError, PlanError
 from ..ptx.target import arch_number
+from ..target import device_arch  # noqa: F401  (the runtime check asks it; tests patch it here)
 from .plan_checks import (_check_code, _check_ptx, _kernel_table,  # noqa: F401  (re-exported)
                           _stored_memory_plan)
 from .plan_format import (ALIGN, BLOB_KINDS, CAUSES, DTYPES, FORMAT_NAME,  # noqa: F401
@@ -251,19 +251,6 @@ def load_plan(path, *, threads: int | None = None, key=None, max_memory: int | N
     engine = engine_from_plan(buf, threads=threads, source=path)
     engine.max_memory = max_memory
     return engine
-
-
-@functools.lru_cache(maxsize=None)
-def device_arch() -> str | None:
-    """The CUDA arch of the current GPU ("sm_90"), or None when there is none."""
-    try:
-        from numba import cuda
-        if not cuda.is_available():
-            return None
-        major, minor = cuda.get_current_device().compute_capability
-        return f"sm_{major}{minor}"
-    except Exception:  # no driver, no numba-cuda: no GPU to run on
-        return None
 
 
 def _check_runtime(header: dict, source: str) -> None:

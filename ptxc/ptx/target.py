@@ -10,7 +10,6 @@ arch for newer ones.
 from __future__ import annotations
 
 import functools
-import os
 import re
 
 from ..errors import CompileError
@@ -25,11 +24,8 @@ _ARCH = re.compile(r"^sm_(\d+)([af]?)$")
 
 def default_arch() -> str:
     """``PTXC_CUDA_ARCH`` if set, else the current GPU's arch, else ``sm_90``."""
-    env = os.environ.get("PTXC_CUDA_ARCH")
-    if env:
-        return check_arch(env)
-    from ..driver.plan import device_arch
-    return device_arch() or DEFAULT_ARCH
+    from ..target import Target
+    return Target.resolve().arch
 
 
 def arch_number(arch: str) -> tuple[int, str]:
