@@ -54,3 +54,51 @@ def test_the_design_document_is_in_the_repository():
         with open(p, encoding="utf-8") as f:
             assert outside not in f.read(), os.path.relpath(p, ROOT)
     assert "docs/design.md" in _read("ptxc/__init__.py")
+
+
+def _sh_blocks(text: str) -> list[str]:
+    return [ln for block in re.findall(r"```sh\n(.*?)```", text, re.S) for ln in block.splitlines()
+            if ln.strip()]
+
+
+def test_readme_is_a_users_document():
+    readme = _read("README.md")
+    assert not re.search(r"session [0-9]|issue [0-9]", readme, re.I)
+    hashes = [w for w in re.findall(r"\b[0-9a-f]{7,40}\b", readme)
+              if re.search(r"[0-9]", w) and re.search(r"[a-f]", w)]
+    assert not hashes, f"commit hashes in the README: {hashes}"
+    lines = _sh_blocks(readme)
+    # the two set-up commands first, the test one exactly as .ci/run runs it
+    assert lines[0].startswith("python3 -m venv .venv && .venv/bin/pip install")
+    assert lines[0].endswith(".venv/bin/ptxc run light:resnet50 --random-weights")
+    test_cmd = '.venv/bin/python -m pytest -n 2 -q -m "not slow"'
+    assert lines[1].endswith(test_cmd) and test_cmd in _read(".ci/run")
+    for ln in lines:   # setup never activates the venv: no bare ptxc
+        for m in re.finditer(r"(\S*)ptxc (?=[a-z])", ln):
+            assert m.group(1).endswith(".venv/bin/") or m.group(1) in ("import ", "-m "), ln
+    assert "docs/design.md" in readme and "docs/testing.md" in readme
+    assert "onnx/backend/test/data/light" in readme   # what the light: models are
+
+
+def test_readme_documents_real_flags():
+    """The flags the README shows exist on ``ptxc run`` (the int8 and shape flags included)."""
+    from ptxc.cli import build_parser
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices
+    run_flags = {f for a in sub["run"]._actions for f in a.option_strings}
+    shown = set(re.findall(r"(--[a-z][a-z0-9-]+)", " ".join(
+        ln for ln in _sh_blocks(_read("README.md")) if "ptxc run" in ln)))
+    assert {"--int8", "--calib", "--input-shape", "--random-weights"} <= shown
+    assert shown <= run_flags, shown - run_flags
+
+
+def test_readme_numbers_are_the_current_results():
+    """Every time, rate and ratio in the README's measured table is in bench/RESULTS.md."""
+    readme, results = _read("README.md"), _read("bench/RESULTS.md")
+    table = readme[readme.index("| benchmark | GPU |"):]
+    table = table[:table.index("\n\n")]
+    rows = table.splitlines()[2:]
+    assert len(rows) >= 8
+    for row in rows:
+        for number in re.findall(r"(\d[\d.]*) (?:ms|µs|img/s)|ratio (\d[\d.]*)x", row):
+            value = number[0] or number[1]
+            assert value in results, (value, row)

@@ -52,9 +52,10 @@ from ..errors import ModelError, PtxcError
 
 #: how far (relative to an output's largest magnitude) an engine of each precision may be from
 #: the fp32 reference and still agree: fp32 only reorders sums; tf32 and fp16 keep 10-bit
-#: mantissas (the fp16 tests' bar is 2e-2); int8 steps are 1/127 of a tensor's range, over
-#: tens of layers.
-TOLERANCE = {"fp32": 1e-4, "tf32": 2e-2, "fp16": 2e-2, "int8": 1e-1}
+#: mantissas (the fp16 tests' bar is 2e-2); int8 rounds every layer to 1/127 of a calibrated
+#: range and clips past it (the digits CNN of bench/models, entropy-calibrated: 9e-2), so for
+#: int8 the top-1 agreement is what decides and the bound only catches gross errors.
+TOLERANCE = {"fp32": 1e-4, "tf32": 2e-2, "fp16": 2e-2, "int8": 2e-1}
 
 
 # ---- random weights ---------------------------------------------------------------------------
