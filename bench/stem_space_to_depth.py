@@ -12,7 +12,7 @@ weights, ResNet-50 light model, batch 1) and the first kernels ptxc compiles for
 no GPU needed). Two exact forms (``W`` the 7x7 filter, ``x`` the image):
 
 * ``pad``: ``Pad(x, 3) -> SpaceToDepth(2) -> Conv4x4(W')`` with ``W'[o, (by, bx, c), i, j] =
-  W[o, c, 2i + by, 2j + bx]`` (0 past 6). Measured on the H200 (bench/RESULTS.md, session 16):
+  W[o, c, 2i + by, 2j + bx]`` (0 past 6). Measured on the H200 (bench/history/2026-12-03.md, session 16):
   the stem kernel int8 74.9 -> 57.6 us, fp16 80.6 -> 68.1, but the input preparation became 4
   kernels and the network slower (int8 0.992 -> 1.049 ms).
 * ``shifted``: ``SpaceToDepth(x, 2) -> Conv4x4(W'', pads 2, 2, 1, 1)`` where ``W''`` is ``W``

@@ -2,7 +2,7 @@
 issue 9's GEMM bar (0.6x cuBLAS at 4096^3) where ptxc's mma.sync schedule stops at 0.50x?
 
 A prototype outside the compiler, as the mma.sync one was before the mma schedule existed
-(DESIGN.md, "Facts checked on the GPU"). It measures the instruction route before the mma
+(docs/design.md, "Facts checked on the GPU"). It measures the instruction route before the mma
 schedule takes it. ``C[M, N] = A[M, K] @ B[N, K]^T`` in f16 with f32 accumulation. Both operands
 are K-major, as ptxc stores a constant weight ``[N, K]``.
 
@@ -17,7 +17,7 @@ are K-major, as ptxc stores a constant weight ``[N, K]``.
   mode 1 (128 B) in bits 62-63. A k16 step inside the 64-wide tile adds 32 bytes to the start.
 * Per K tile: ``cp.async.wait_group(STAGES-2)``, barrier, ``wgmma.fence``, four wgmma,
   ``commit_group``, ``wait_group 0``. The wait is inline asm that takes and returns every
-  accumulator, so that no use of them moves above it (Triton does the same; DESIGN.md). Then
+  accumulator, so that no use of them moves above it (Triton does the same; docs/design.md). Then
   the copies of tile ``kt + STAGES - 1`` are issued into the stage that tile ``kt - 1`` used
   (zero-filled past K).
 * Epilogue: the accumulators as f16 pairs, each warp holding 16 rows in the m16n8 C-fragment

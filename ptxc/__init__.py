@@ -1,6 +1,6 @@
 """ptxc: an open inference compiler for NVIDIA GPUs (and the host CPU).
 
-The public API (see docs and ../shared/DESIGN.md):
+The public API (README.md; the design: docs/design.md):
 
     module = ptxc.import_onnx("model.onnx")            # graph-dialect module
     text = ptxc.explore("model.onnx", stage="graph")   # the IR after a stage, as text
@@ -14,9 +14,9 @@ The public API (see docs and ../shared/DESIGN.md):
 """
 
 from .errors import (BindingError, CalibrationCacheError, CalibrationError,  # noqa: F401
-                     CompileError, DeviceError, ModelError,
-                     NumericsError, OutOfMemoryError, ParseError, PlanError, PtxcError,
-                     ShapeInputError, UnsupportedOpError, VerifyError)
+                     CompileError, DeviceError, IndexOutOfRangeError, ModelError,
+                     NumericsError, OutOfMemoryError, ParseError, PlanError, PrecisionError,
+                     PtxcError, RunError, ShapeInputError, UnsupportedOpError, VerifyError)
 from .frontend.onnx_import import import_onnx, supported_ops
 from .ir.interpreter import interpret
 from .ir.parser import parse_ir
@@ -34,5 +34,6 @@ __all__ = [
     "compile", "import_onnx", "Network", "Tensor", "interpret", "parse_ir", "print_ir", "explore", "STAGES", "SUPPORTED_OPS",
     "PtxcError", "ModelError", "UnsupportedOpError", "ShapeInputError", "ParseError",
     "BindingError", "CompileError", "VerifyError", "NumericsError", "PlanError", "DeviceError",
-    "OutOfMemoryError", "CalibrationError", "CalibrationCacheError", "load",
+    "OutOfMemoryError", "CalibrationError", "CalibrationCacheError", "RunError",
+    "IndexOutOfRangeError", "PrecisionError", "load",
 ]

@@ -4,8 +4,11 @@
     ptxc compile MODEL [--target auto|cpu|cuda] [--arch sm_90] [-o model.plan]   compile; print
                                   bindings, kernels, memory
     ptxc run MODEL|PLAN [--target auto|cpu|cuda] [--input NAME=file.npy] [--save-outputs DIR]
+               [--random-weights]
                                   one inference (a cuda engine needs a GPU; auto, the
-                                  default, is cuda where a GPU is present, else cpu)
+                                  default, is cuda where a GPU is present, else cpu),
+                                  checked against onnxruntime (else the interpreter) and
+                                  timed beside it
     ptxc bench MODEL|PLAN [--iterations N|--duration S] [--warmup N|--warmup-ms MS]
                [--cuda-graph on|off] [--profile] [--export-profile trace.json] [--json FILE]
                                   latency statistics (as trtexec); per-kernel profile
@@ -102,27 +105,23 @@ def _cmd_compile(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    import time
+    """One inference, checked against a reference and timed beside it (ptxc.tools.run_report)."""
+    from .tools.run_report import run_report, with_random_weights
     if args.save_outputs:
         check_output_dir(args.save_outputs, "--save-outputs")
-    engine, _ = load_engine(args)
-    feeds = make_feeds(engine, args.input, args.seed)
-    engine.run(feeds)  # warm-up
-    t0 = time.perf_counter()
-    out = engine.run(feeds)
-    dt = time.perf_counter() - t0
+    with with_random_weights(args) as run_args:
+        engine, path = load_engine(run_args)
+        feeds = make_feeds(engine, args.input, args.seed)
+        text, out = run_report(engine, feeds, path, args.model, args.random_weights)
+    sys.stdout.write(text)
     import numpy as np
-    for name, y in out.items():
-        stats = f"min {y.min():.6g} max {y.max():.6g} mean {y.mean():.6g}" if y.size else "empty"
-        print(f"{name}: {y.dtype}{list(y.shape)} {stats}")
-        if args.save_outputs:
-            os.makedirs(args.save_outputs, exist_ok=True)
-            dest = os.path.join(args.save_outputs, _safe(name) + ".npy")
-            try:
-                np.save(dest, y)
-            except OSError as e:
-                raise file_error(dest, e, "cannot write") from None
-    print(f"latency: {dt * 1e3:.2f} ms ({engine.target}; `ptxc bench` for statistics)")
+    for name, y in out.items() if args.save_outputs else ():
+        os.makedirs(args.save_outputs, exist_ok=True)
+        dest = os.path.join(args.save_outputs, _safe(name) + ".npy")
+        try:
+            np.save(dest, y)
+        except OSError as e:
+            raise file_error(dest, e, "cannot write") from None
     return 0
 
 
@@ -192,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             add_options(c, "inputs")
             c.add_argument("--save-outputs", metavar="DIR", help="write each output as .npy")
+            c.add_argument("--random-weights", action="store_true", help="replace the model's "
+                           "weights by seeded random ones (--seed): the light: models' are "
+                           "constants")
             c.set_defaults(fn=_cmd_run)
 
     from .cli_tools import add_bench, add_bisect, add_compare

@@ -32,7 +32,7 @@ warp, repeated over N / 8 column blocks).
 **Asynchrony.** The multiply runs asynchronously: its results may not be read before a
 ``gpu.wgmma_wait`` that covers its group. So the wait takes the accumulators and returns them
 (on the GPU: inline asm whose outputs are tied to its inputs, as Triton does, so LLVM cannot
-move a read of them above it; DESIGN.md's December facts), and the verifier refuses any use of
+move a read of them above it; docs/design.md's December facts), and the verifier refuses any use of
 a ``gpu.wgmma`` result other than as the accumulator of the next ``gpu.wgmma`` or an operand of
 ``gpu.wgmma_wait``. The lockstep interpreter computes the product when the op is issued (the
 shared tiles it reads must then not change before the wait: until then a ``gpu.cp_async`` into

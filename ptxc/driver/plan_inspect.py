@@ -3,7 +3,8 @@
 Target and versions, bindings, the kernel table (each kernel's layer and buffers; cpu: its
 outer range; cuda: its grid, block, static shared bytes and the map-to-gpu schedule; its
 precision: the element types of its buffers), the memory
-plan (arena, lower bound, offsets) and the blobs (LLVM IR or PTX, weights).
+plan (arena, lower bound, offsets) and the blobs (LLVM IR or PTX, weights). Where one layer
+has several kernels, a legend line says why (:data:`LEGEND`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,14 @@ def _precision(kernel: dict, slots: list) -> str:
     return "+".join(sorted(_SHORT.get(t, str(t)) for t in types)) or "-"
 
 
+#: printed under ``kernels:`` when a layer has several kernels
+LEGEND = ("  (rows that name the same layer are that layer's kernels, in launch order: a nest "
+          "unrolled by 8 or 4 and a second one for the rest of its innermost dim (the same "
+          "buffers); a pad's border fill (pointwise, writing only the padded buffer) before the "
+          "kernel that writes its interior; split-K's partial sums, then the kernel that adds "
+          "them)")
+
+
 def _report(path, data, header: dict, signed: bool) -> str:
     out = [f"plan {path}: {len(data):,} bytes, format {header.get('format')} "
            f"v{header.get('format_version')}, ptxc {header.get('ptxc_version')}"
@@ -57,6 +66,9 @@ def _report(path, data, header: dict, signed: bool) -> str:
     kernels = table.get("kernels", [])
     slots = table.get("slots", [])
     out.append(f"kernels: {len(kernels)}")
+    layers = [k.get("loc") for k in kernels if isinstance(k, dict)]
+    if len(set(layers)) < len(layers):
+        out.append(LEGEND)
     dims = lambda d: "x".join(map(str, d)) if isinstance(d, list) else str(d)  # noqa: E731
     for k in kernels:
         names = [slots[i]["name"] if i < len(slots) else f"#{i}" for i in k.get("buffers", [])]
