@@ -32,6 +32,7 @@ import time
 import attrs
 
 from .errors import CompileError
+from .frontend.load import as_module
 from .ir.core import Operation
 
 STAGES = ("graph", "tensor", "loop", "llvm", "ptx")
@@ -151,17 +152,6 @@ def pipeline_for_arch(pipeline: str, arch: str | None) -> str:
     passes = [attrs.evolve(p, arch=arch) if p.name == "map-to-gpu" and not p.arch else p
               for p in parse_pipeline(pipeline)]
     return ",".join(str(p) for p in passes)
-
-
-def as_module(model, input_shapes=None, constant_inputs=None) -> Operation:
-    """A graph-dialect module from a path, bytes, ModelProto, Network or module (copied)."""
-    if isinstance(model, Operation):
-        return model.clone()
-    from .frontend.network import Network
-    if isinstance(model, Network):
-        return model.to_module()
-    from .frontend.onnx_import import import_onnx
-    return import_onnx(model, input_shapes=input_shapes, constant_inputs=constant_inputs)
 
 
 def check_stage(stage: str, target: str | None = None) -> None:
