@@ -148,7 +148,7 @@ def main(argv=None) -> int:
 
     import ptxc
     from ptxc.calib import calibrate
-    from ptxc.driver.plan import device_arch
+    from ptxc.target import device_arch
     bench_gpu = _bench_gpu()
     out_dir = os.environ.get("OUT") or "."
     os.makedirs(out_dir, exist_ok=True)

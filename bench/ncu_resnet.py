@@ -49,7 +49,7 @@ def _load(name: str):
 
 def compile_plans(args) -> int:
     from ptxc.calib import calibrate
-    from ptxc.driver.plan import device_arch
+    from ptxc.target import device_arch
     sys.path.insert(0, HERE)   # the spawned workers import compile_one by its module's name
     import kernel_variants as variants
     bench_gpu = _load("gpu")

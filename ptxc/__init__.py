@@ -24,7 +24,7 @@ from .ir.printer import print_ir
 from .compiler import compile  # noqa: A001  (ptxc.compile, as the design names it)
 from .explore import explore, STAGES  # noqa: F401
 from .frontend.network import Network, Tensor  # noqa: F401
-from .driver.plan import load_plan as load
+from .plan.load import load_plan as load
 
 __version__ = "0.1.0"
 

@@ -130,7 +130,7 @@ def _safe(name: str) -> str:
 
 
 def _cmd_inspect(args) -> int:
-    from .driver.plan_inspect import inspect_plan
+    from .plan.inspect import inspect_plan
     sys.stdout.write(inspect_plan(args.plan))
     return 0
 

@@ -274,7 +274,7 @@ def write_json(path: str, obj) -> None:
 # ---- engines ---------------------------------------------------------------------------------
 
 def require_gpu() -> None:
-    from .driver.plan import device_arch
+    from .target import device_arch
     if device_arch() is None:
         raise PtxcError("target cuda needs a GPU to run, and none is usable here (compile and "
                         "inspect work without one; --target cpu runs on this host)")
@@ -323,7 +323,7 @@ def load_engine(args, cuda_graph: str | None = None, needs_device: bool = True):
                             f"to a plan file ({args.model!r} is already compiled: its target, "
                             "precision and shapes are fixed); compile the model again to change "
                             "them")
-        from .driver.plan import load_plan
+        from .plan.load import load_plan
         engine = load_plan(args.model)
         path = None
     else:

@@ -32,6 +32,7 @@ import time
 import attrs
 
 from .errors import CompileError
+from .frontend.load import as_module
 from .ir.core import Operation
 
 STAGES = ("graph", "tensor", "loop", "llvm", "ptx")
@@ -120,7 +121,7 @@ def resolve_target(target: str) -> str:
     """``"auto"`` is ``"cuda"`` where a usable CUDA GPU is present and ``"cpu"`` elsewhere (the
     CPU JIT is the default without a GPU); any other name is checked and returned."""
     if target == "auto":
-        from .driver.plan import device_arch
+        from .target import device_arch
         return "cuda" if device_arch() is not None else "cpu"
     check_target(target)
     return target
@@ -151,17 +152,6 @@ def pipeline_for_arch(pipeline: str, arch: str | None) -> str:
     passes = [attrs.evolve(p, arch=arch) if p.name == "map-to-gpu" and not p.arch else p
               for p in parse_pipeline(pipeline)]
     return ",".join(str(p) for p in passes)
-
-
-def as_module(model, input_shapes=None, constant_inputs=None) -> Operation:
-    """A graph-dialect module from a path, bytes, ModelProto, Network or module (copied)."""
-    if isinstance(model, Operation):
-        return model.clone()
-    from .frontend.network import Network
-    if isinstance(model, Network):
-        return model.to_module()
-    from .frontend.onnx_import import import_onnx
-    return import_onnx(model, input_shapes=input_shapes, constant_inputs=constant_inputs)
 
 
 def check_stage(stage: str, target: str | None = None) -> None:
@@ -260,7 +250,7 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
     first run, so a cuda engine compiles and saves on a machine without one; ``cuda_graph``:
     replay the launches of an inference from one CUDA graph (False: launch each kernel).
     ``cache``: look the compile up in (and store it into) the compile cache,
-    :mod:`ptxc.driver.cache` (None: on unless ``PTXC_CACHE=0``; never with check_numerics).
+    :mod:`ptxc.plan.cache` (None: on unless ``PTXC_CACHE=0``; never with check_numerics).
 
     ``precision="int8"`` (docs/quantization.md; cpu and interpreter numerics, integer loops on
     cuda): ``calibration`` is a :class:`ptxc.calib.CalibrationTable`, or calibration data (a
@@ -301,7 +291,7 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
         raise CompileError("threads= is for target 'cpu' (the CPU runtime's thread pool)")
     key = None
     if cache is not False and not check_numerics:
-        from .driver import cache as compile_cache
+        from .plan import cache as compile_cache
         if compile_cache.cache_dir() is not None:
             if target == "cuda" and arch is None:
                 from .ptx.target import default_arch
@@ -332,13 +322,15 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
                    precision_overrides=precision_overrides, arch=arch,
                    on_stage=lambda stage, m: stage != "loop" and collect(m, prov))
         annotate_kernels(module, prov)
+        from .codegen import build
         from .driver.engine import Engine
+        from .target import Target
         log.info("%s ...", "PTX code generation" if target == "cuda"
                  else "LLVM code generation and JIT compilation")
-        if target == "cuda":
-            engine = Engine.for_cuda(module, timings=timings, arch=arch, cuda_graph=cuda_graph)
-        else:
-            engine = Engine.for_cpu(module, timings=timings, threads=threads)
+        artifact = build(module, Target.resolve(arch) if target == "cuda" else Target.host(),
+                         timings=timings)
+        engine = Engine.from_artifact(artifact, timings=timings, threads=threads,
+                                      cuda_graph=cuda_graph)
         engine.precision = precision
         engine.layer_precisions = layer_precisions
         engine.precision_overrides = dict(precision_overrides or {})

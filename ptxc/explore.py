@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import os
 
+from .frontend.load import as_module
 from .ir.core import Operation
 from .ir.printer import print_ir
 
@@ -31,16 +32,6 @@ from .compiler import (STAGE_PIPELINES, STAGES, check_stage,  # noqa: F401  (STA
 
 #: the graph-stage pipeline used when none is given
 DEFAULT_GRAPH_PIPELINE = STAGE_PIPELINES["graph"]
-
-
-def _as_module(model, input_shapes, constant_inputs) -> Operation:
-    if isinstance(model, Operation):
-        return model
-    from .frontend.network import Network
-    if isinstance(model, Network):
-        return model.to_module()
-    from .frontend.onnx_import import import_onnx
-    return import_onnx(model, input_shapes=input_shapes, constant_inputs=constant_inputs)
 
 
 def run_graph_stage(module: Operation, passes: str | None = None, *, stream=None,
@@ -105,7 +96,7 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
         from .errors import CompileError
         raise CompileError(f"arch={arch!r} chooses the PTX of stage 'ptx'; stage {stage!r} does "
                            "not depend on it")
-    module = _as_module(model, input_shapes, constant_inputs)
+    module = as_module(model, input_shapes, constant_inputs)
     from .compiler import graph_pipeline, layout_passes, pipeline_for_arch, resolve_layout
     extra = layout_passes(resolve_layout(layout, module, target, precision), target)
     before = op_counts(module)

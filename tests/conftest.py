@@ -7,7 +7,7 @@ from hypothesis import settings
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-# the compile cache (ptxc.driver.cache) is off in the suite: tests that change the compiler
+# the compile cache (ptxc.plan.cache) is off in the suite: tests that change the compiler
 # (monkeypatched passes) must compile; tests of the cache turn it on with their own folder
 os.environ.setdefault("PTXC_CACHE", "0")
 

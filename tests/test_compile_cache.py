@@ -8,7 +8,7 @@ import numpy as np
 
 import ptxc
 import ptxc.compiler as compiler
-from ptxc.driver import cache
+from ptxc.plan import cache
 
 from tool_models import cbr_model, save
 

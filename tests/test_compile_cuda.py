@@ -16,7 +16,7 @@ import pytest
 
 import ptxc
 from ptxc.driver.cuda import CudaProgram, arch_compatible, arch_number
-from ptxc.driver.plan_inspect import inspect_plan
+from ptxc.plan.inspect import inspect_plan
 from ptxc.errors import BindingError, CompileError, DeviceError, OutOfMemoryError
 
 RNG = np.random.default_rng(0)
@@ -109,12 +109,12 @@ def test_switches_and_target_checks(engine):
 
 
 def test_auto_target_is_cuda_with_a_gpu_and_cpu_without(monkeypatch):
-    import ptxc.driver.plan as plan
+    import ptxc.target as target_mod
     from ptxc.compiler import resolve_target
-    monkeypatch.setattr(plan, "device_arch", lambda: None)
+    monkeypatch.setattr(target_mod, "device_arch", lambda: None)
     assert resolve_target("auto") == "cpu"
     assert ptxc.compile(small_net()).target == "cpu"
-    monkeypatch.setattr(plan, "device_arch", lambda: "sm_90")
+    monkeypatch.setattr(target_mod, "device_arch", lambda: "sm_90")
     assert resolve_target("auto") == "cuda"
     assert ptxc.compile(small_net()).target == "cuda"   # compiles; no GPU touched until run
     with pytest.raises(CompileError, match="unknown target 'tpu'"):
@@ -137,7 +137,7 @@ def test_cuda_program_checks_its_table_and_plan(engine):
         prog = attrs.evolve(p.ptx_program, table=table)
         with pytest.raises(CompileError, match="kernel_0"):
             CudaProgram(prog, p.plan)
-    from ptxc.driver.memory_plan import plan_memory
+    from ptxc.codegen.memory_plan import plan_memory
     with pytest.raises(CompileError, match="memory plan"):
         CudaProgram(p.ptx_program, plan_memory([("other", 64, 0, 0)]))
 
@@ -258,7 +258,7 @@ def test_gpu_out_of_memory_then_a_small_engine():
 
 @pytest.mark.gpu
 def test_gpu_newer_arch_is_refused_at_the_first_run():
-    from ptxc.driver.plan import device_arch
+    from ptxc.target import device_arch
     have = arch_number(device_arch())[0]
     e = ptxc.compile(small_net(), target="cuda", arch=f"sm_{have + 10}")
     with pytest.raises(DeviceError, match=f"PTX is for sm_{have + 10}"):

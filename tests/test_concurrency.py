@@ -12,7 +12,7 @@ import pytest
 import ptxc
 from concurrency import (context_runners, deep_net, eight_threads_zero_wrong, engine_runners,
                          hammer, make_inputs, reference)
-from ptxc.driver.memory_plan import ArenaAllocator
+from ptxc.driver.arena import ArenaAllocator
 from small_nets import conv_relu_pool
 
 

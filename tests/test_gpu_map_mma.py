@@ -239,12 +239,14 @@ def test_deep_k_tiles_on_gpu():
 
 def test_inspect_names_the_tile_and_precision(tmp_path):
     """The kernel table and ``ptxc inspect`` of a saved cuda plan name the mma tile."""
+    from ptxc.codegen import build
     from ptxc.driver.engine import Engine
-    from ptxc.driver.plan_inspect import inspect_plan
+    from ptxc.plan.inspect import inspect_plan
+    from ptxc.target import Target
     m, _, _ = mapped(matmul_model(**MATMULS["split_k"]))
     assert launches(m)[0].attributes["tile"] == \
         "f16 32x64x64 warps 1x2 stages 3 split-K 4 epilogue staged"  # map-to-gpu's default
-    engine = Engine.for_cuda(m)
+    engine = Engine.from_artifact(build(m, Target.resolve()))
     engine.save(tmp_path / "mm.plan")
     text = inspect_plan(tmp_path / "mm.plan")
     assert "schedule mma [f16 32x64x64 warps 1x2 stages 3 split-K 4 epilogue staged]" in text

@@ -443,7 +443,7 @@ def test_int8_wgmma_on_gpu_is_bit_exact(case, tiles, epilogue):
     default, where it fits: test_wgmma_staged_epilogue.py), on an sm_90 GPU give the
     interpreter's answer bit for bit."""
     from int8_ir import gemm_model
-    from ptxc.driver.plan import device_arch
+    from ptxc.target import device_arch
     from test_ptx import run_on_gpu
     if device_arch() not in ("sm_90", "sm_90a"):
         pytest.skip(f"wgmma needs sm_90, the GPU is {device_arch()}")

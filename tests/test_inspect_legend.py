@@ -6,7 +6,7 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from ptxc.cli import main
-from ptxc.driver.plan_inspect import LEGEND
+from ptxc.plan.inspect import LEGEND
 
 
 def _model(path, width, op):

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from ptxc.driver.cpu import CpuProgram
-from ptxc.driver.memory_plan import (ArenaAllocator, Buffer, MemoryPlan, aligned_view,
-                                     buffers_from_slots, plan_memory)
+from ptxc.codegen.memory_plan import Buffer, MemoryPlan, buffers_from_slots, plan_memory
+from ptxc.driver.arena import ArenaAllocator, aligned_view
 from ptxc.errors import CompileError, PlanError
 
 K = 1024

@@ -11,7 +11,7 @@
 
 import pytest
 
-from ptxc.driver.memory_plan import Buffer, plan_memory
+from ptxc.codegen.memory_plan import Buffer, plan_memory
 from ptxc.errors import CompileError
 
 

@@ -9,7 +9,7 @@ import pytest
 import light_models as lm
 import ptxc
 from ptxc.compiler import run_stages
-from ptxc.driver.memory_plan import buffers_from_slots, plan_memory
+from ptxc.codegen.memory_plan import buffers_from_slots, plan_memory
 from ptxc.lower.loop_to_llvm import lower_loop_to_llvm
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import ptxc
-from ptxc.driver.plan import plan_to_bytes
+from ptxc.plan.save import plan_to_bytes
 from ptxc.rewrite import PassManager, get_pass
 from loop_ir import module as loop_module, load, store
 from ptxc.dialects.loop import parallel_loop

@@ -14,27 +14,38 @@ import numpy as np
 import pytest
 
 import ptxc
+import ptxc.codegen
+import ptxc.codegen.host
 import ptxc.compiler
 import ptxc.driver.cpu
 import ptxc.lower.loop_to_llvm
 import ptxc.rewrite.pass_manager
 from ptxc.dialects.loop import parallel_loop
-from ptxc.driver import plan as planmod
+from ptxc.codegen import build
 from ptxc.driver.engine import Engine
-from ptxc.driver.plan import decode_plan, encode_plan, engine_from_plan, plan_to_bytes
+from ptxc.plan import load as planmod
+from ptxc.plan.format import decode_plan, encode_plan
+from ptxc.plan.load import engine_from_plan
+from ptxc.plan.save import plan_to_bytes
 from ptxc.errors import PlanError
 from ptxc.ir import DenseElements
 from ptxc.ir.types import UI8
 from ptxc.lower.loop_to_llvm import KernelTable
+from ptxc.target import Target
 from test_loop_dialect import PROGRAMS, buf, load, module, op, store
 
 ROUND_TRIP = ["weights", "softmax", "int_and_bool", "views", "elementwise_f16", "prefix_sum"]
 
 
+def cpu_engine(m):
+    """The Engine of a loop module built for this host."""
+    return Engine.from_artifact(build(m, Target.host()))
+
+
 @pytest.fixture(scope="module")
 def weights_engine():
     m, inputs, _ = PROGRAMS["weights"]()
-    return Engine.for_cpu(m), inputs
+    return cpu_engine(m), inputs
 
 
 @pytest.fixture(scope="module")
@@ -47,13 +58,13 @@ def good(weights_engine):
 def split(data: bytes):
     """(header dict, blob section bytes) of a well-formed plan."""
     magic, version, hlen = struct.unpack("<8sIQ", data[:20])
-    assert magic == b"PTXCPLAN" and version == 1
+    assert magic == b"PTXCPLAN" and version == 2
     start = -(-(20 + hlen) // 64) * 64
     assert data[20 + hlen:start] == b"\0" * (start - 20 - hlen)
     return json.loads(data[20:20 + hlen]), data[start:-32]
 
 
-def repack(header: dict, section: bytes, version: int = 1, raw_header: bytes | None = None):
+def repack(header: dict, section: bytes, version: int = 2, raw_header: bytes | None = None):
     """A plan with this header and blob section and a correct checksum."""
     head = raw_header if raw_header is not None else json.dumps(header).encode()
     start = -(-(20 + len(head)) // 64) * 64
@@ -82,7 +93,7 @@ def refused(data, cause: str, *words):
 @pytest.mark.parametrize("name", ROUND_TRIP)
 def test_round_trip_same_bits_without_the_compiler(name, tmp_path, monkeypatch):
     m, inputs, _ = PROGRAMS[name]()
-    engine = Engine.for_cpu(m)
+    engine = cpu_engine(m)
     want = engine.run(inputs)
     path = tmp_path / "model.plan"
     engine.save(path)
@@ -93,7 +104,8 @@ def test_round_trip_same_bits_without_the_compiler(name, tmp_path, monkeypatch):
     monkeypatch.setattr(ptxc.lower.loop_to_llvm, "lower_loop_to_llvm", forbidden)
     monkeypatch.setattr(ptxc.driver.cpu, "lower_loop_to_llvm", forbidden)
     monkeypatch.setattr(ptxc.rewrite.pass_manager.PassManager, "run", forbidden)
-    monkeypatch.setattr(Engine, "for_cpu", forbidden)
+    monkeypatch.setattr(ptxc.codegen, "build", forbidden)
+    monkeypatch.setattr(ptxc.codegen.host, "compile_object", forbidden)
     loaded = ptxc.load(path)
     assert loaded.inputs == engine.inputs and loaded.outputs == engine.outputs
     assert loaded.kernels == engine.kernels and loaded.llvm_text == engine.llvm_text
@@ -133,7 +145,7 @@ def test_layout_matches_the_documented_format(weights_engine, good):
     engine, _ = weights_engine
     header, section = split(good)
     assert hashlib.sha256(good[:-32]).digest() == good[-32:]
-    assert header["format"] == "ptxc-plan" and header["format_version"] == 1
+    assert header["format"] == "ptxc-plan" and header["format_version"] == 2
     assert header["ptxc_version"] == ptxc.__version__ and header["target"] == "cpu"
     assert header["arch"] is None and header["host"]["triple"] and header["host"]["cpu_name"]
     assert header["options"]["precision"] == "fp32"
@@ -155,10 +167,11 @@ def test_layout_matches_the_documented_format(weights_engine, good):
 
 
 def test_memory_plan_round_trip(tmp_path):
-    mp = pytest.importorskip("ptxc.driver.memory_plan")
+    mp = pytest.importorskip("ptxc.codegen.memory_plan")
+    from ptxc.driver.arena import ArenaAllocator
     m, inputs, _ = PROGRAMS["softmax"]()
-    engine = Engine.for_cpu(m)
-    engine.program.allocator = mp.ArenaAllocator()
+    engine = cpu_engine(m)
+    engine.program.allocator = ArenaAllocator()
     data = plan_to_bytes(engine)  # before any run: planned while saving
     header, _ = split(data)
     plan = mp.MemoryPlan.from_json(header["memory_plan"])
@@ -168,7 +181,7 @@ def test_memory_plan_round_trip(tmp_path):
     engine.save(tmp_path / "a.plan")
     loaded = ptxc.load(tmp_path / "a.plan")
     alloc = loaded.program.allocator
-    assert isinstance(alloc, mp.ArenaAllocator) and alloc.plan.offsets == plan.offsets
+    assert isinstance(alloc, ArenaAllocator) and alloc.plan.offsets == plan.offsets
     assert loaded.memory_plan is alloc.plan
     assert loaded.run(inputs)["y"].tobytes() == want["y"].tobytes()
     # a plan for other scratch buffers is refused
@@ -232,8 +245,10 @@ def test_every_flipped_byte_is_refused(good):
 
 def test_another_format(good):
     header, section = split(good)
-    e = refused(repack(header, section, version=2), "format", "version 2", "reads version 1")
+    # version 1, before plans recorded their target, is refused as any other version
+    e = refused(repack(header, section, version=1), "format", "version 1", "reads version 2")
     assert "plan" in str(e)
+    refused(repack(header, section, version=3), "format", "version 3", "reads version 2")
     refused(edited(good, lambda h: h.update(format="onnx")), "format", "'onnx'")
 
 
@@ -372,7 +387,7 @@ def test_python_payloads_stay_data(tmp_path, monkeypatch):
         _, p, (i,) = parallel_loop(b, (0,), (n,))
         store(p, op(p, "arith.add", load(p, x, i), load(p, g, i)), y, i)
     m = module({"x": buf((n,), UI8), "y": buf((n,), UI8)}, ["y"], body)
-    engine = Engine.for_cpu(m)
+    engine = cpu_engine(m)
     code = f"__import__('os').system('touch {marker}')"
     evil = f"eval(compile({code!r}, 'x', 'exec'))"
 
@@ -437,7 +452,7 @@ def test_cuda_round_trip_without_the_compiler(cuda_engine, cuda_good, tmp_path, 
     for mod, name in ((ptxc.compiler, "run_stages"), (ptxc.compiler, "compile"),
                       (ptxc.lower.loop_to_llvm, "lower_loop_to_llvm"),
                       (ptxc.ptx, "lower_to_ptx"), (ptxc.ptx, "optimize_nvptx"),
-                      (ptxc.rewrite.pass_manager.PassManager, "run"), (Engine, "for_cuda")):
+                      (ptxc.rewrite.pass_manager.PassManager, "run"), (ptxc.codegen, "build")):
         monkeypatch.setattr(mod, name, _forbidden)
     monkeypatch.setattr(planmod, "device_arch", lambda: None)
     loaded = ptxc.load(path)

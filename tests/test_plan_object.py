@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import ptxc
-import ptxc.driver.cpu as cpu_mod
-import ptxc.driver.plan as plan_mod
+import ptxc.codegen.host as host_mod
+import ptxc.plan.load as plan_mod
 from ptxc.errors import PlanError
 
 from small_nets import conv_relu_pool
@@ -26,7 +26,7 @@ def test_plan_loads_object_code_without_llvm_codegen(tmp_path, monkeypatch):
 
     def no(*a, **k):
         raise AssertionError("LLVM optimization ran while loading a plan with object code")
-    monkeypatch.setattr(cpu_mod, "optimize", no)
+    monkeypatch.setattr(host_mod, "optimize", no)
     loaded = ptxc.load(path)
     assert loaded.program.object_code == engine.program.object_code
     assert loaded.program.optimized_text is None

@@ -1,4 +1,4 @@
-"""The structural check of a cpu plan's object code (ptxc/driver/plan_object.py): a damaged ELF
+"""The structural check of a cpu plan's object code (ptxc/plan/object_code.py): a damaged ELF
 table is a PlanError (cause "code") before LLVM's object loader sees it.
 
 Before the check, each damage below, in a plan with a recomputed checksum, killed the process
@@ -17,9 +17,9 @@ from onnx import TensorProto as T
 from onnx import helper
 
 import ptxc
-from ptxc.driver.cpu import _LIBGCC, _LIBM
-from ptxc.driver.plan import plan_to_bytes
-from ptxc.driver.plan_object import check_object
+from ptxc.codegen.host import LIBGCC as _LIBGCC, LIBM as _LIBM
+from ptxc.plan.object_code import check_object
+from ptxc.plan.save import plan_to_bytes
 from ptxc.lower.loop_to_llvm import host_target
 from test_plan import refused, split
 
@@ -214,7 +214,7 @@ def test_seeded_object_table_damage_never_crashes_the_loader(good):
 
 
 def test_an_undamaged_plan_still_runs(good, engine):
-    from ptxc.driver.plan import engine_from_plan
+    from ptxc.plan.load import engine_from_plan
     x = np.random.default_rng(0).standard_normal((3, 37)).astype(np.float32)
     np.testing.assert_array_equal(engine_from_plan(good).run({"x": x})["y"],
                                   engine.run({"x": x})["y"])

@@ -1,5 +1,5 @@
-"""The plan trust model (issue 13; ptxc/driver/plan_trust.py and the header checks of
-ptxc/driver/plan.py): files are read only when regular and only after their prefix checks out;
+"""The plan trust model (issue 13; ptxc/plan/trust.py and the header checks of
+ptxc/plan/load.py): files are read only when regular and only after their prefix checks out;
 every kernel-table field is bounded; the IR may declare only the intrinsics ptxc emits;
 ``inspect`` raises only typed errors; HMAC-SHA256 signing.
 
@@ -11,10 +11,13 @@ import numpy as np
 import pytest
 
 import ptxc
+from ptxc.codegen import build
 from ptxc.driver.engine import Engine
-from ptxc.driver.plan import engine_from_plan, plan_to_bytes
-from ptxc.driver.plan_inspect import inspect_plan
+from ptxc.plan.inspect import inspect_plan
+from ptxc.plan.load import engine_from_plan
+from ptxc.plan.save import plan_to_bytes
 from ptxc.errors import PlanError
+from ptxc.target import Target
 from test_loop_dialect import PROGRAMS
 from test_plan import edited, refused, repack, split
 
@@ -22,7 +25,7 @@ from test_plan import edited, refused, repack, split
 @pytest.fixture(scope="module")
 def engine():
     m, inputs, _ = PROGRAMS["weights"]()
-    return Engine.for_cpu(m), inputs
+    return Engine.from_artifact(build(m, Target.host())), inputs
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,7 @@ class CalibrationTable:
 
 
 def _graph_module(model, input_shapes=None):
-    from ..compiler import as_module
+    from ..frontend.load import as_module
     return as_module(model, input_shapes)
 
 

@@ -70,7 +70,7 @@ def quantize_int8(model, table, exclude=(), report: list | None = None):
     """A graph module of ``model`` with Q/DQ pairs from ``table`` (a CalibrationTable or a dict
     tensor name -> amax); see the module docstring. ``report`` (a list) receives one
     ``(layer, precision, why)`` per conv/gemm/matmul."""
-    from ..compiler import as_module
+    from ..frontend.load import as_module
     from ..rewrite.pass_manager import PassManager
     amax = table.amax if hasattr(table, "amax") else dict(table)
     module = as_module(model)

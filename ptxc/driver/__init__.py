@@ -1,2 +1,6 @@
-"""Runtimes that execute compiled programs. :mod:`ptxc.driver.cpu` JIT-compiles a loop-dialect
-program with llvmlite and runs its kernels on a thread pool."""
+"""The runtime: engines (:mod:`.engine`, made of a :class:`~ptxc.codegen.artifact.Artifact`),
+execution contexts (:mod:`.context`), the CPU runtime (:mod:`.cpu`, its scratch arena
+:mod:`.arena`), the CUDA runtime (:mod:`.cuda` and its ``cuda_*`` modules: device setup,
+contexts, graphs, interop with other frameworks' device arrays) and memory limits
+(:mod:`.memory_limit`). Code generation is :mod:`ptxc.codegen`'s; plan files are
+:mod:`ptxc.plan`'s."""

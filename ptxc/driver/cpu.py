@@ -1,17 +1,20 @@
-"""The CPU runtime: JIT-compile a loop-dialect program with llvmlite and run its kernels.
+"""The CPU runtime: load a loop program's host machine code with llvmlite and run its kernels.
 
+    engine = Engine.from_artifact(ptxc.codegen.build(loop_module, Target.host()))  # the way
     program = CpuProgram.from_module(loop_module)     # or CpuProgram(lower_loop_to_llvm(m))
     program.run({"x": x, "y": y})                     # every argument of main; writes in place
     outputs = program({"x": x})                       # allocates the outputs (loop.outputs)
 
-Compilation: the emitted module is parsed, optimized with LLVM's new pass manager at O3 with loop
-and SLP vectorization for the host CPU (its name and features), compiled to a relocatable
-object file (``object_code``) and loaded into MCJIT; a plan stores that object and gives it back
-(``object_code=``), so loading runs neither the optimizer nor the code generator. The
-libm functions the kernels call (``tanh``, ``erf``, and the ``expf``/``powf``/... that LLVM's
-intrinsics become) and libgcc's half-precision conversions are registered with
-``llvm.add_symbol`` from the loaded C libraries, so resolving them does not depend on how the
-JIT searches the process.
+Loading: the program's relocatable object file (``object_code``: what
+:func:`ptxc.codegen.host.compile_object` made of the LLVM IR at build time, or what a plan
+stores) is loaded into MCJIT, so the runtime runs neither the optimizer nor the code generator.
+A program given without object code (``CpuProgram(llvm_program)``, ``from_module``: tests and
+tools, and plans from before object code was stored) is compiled by
+:func:`~ptxc.codegen.host.compile_object` first. The libm functions the kernels call (``tanh``,
+``erf``, and the ``expf``/``powf``/... that LLVM's intrinsics become) and libgcc's
+half-precision conversions (:data:`ptxc.codegen.host.LIBM`, :data:`~ptxc.codegen.host.LIBGCC`)
+are registered with ``llvm.add_symbol`` from the loaded C libraries, so resolving them does not
+depend on how the JIT searches the process.
 
 Execution: kernels run in order. A parallel kernel's outer range is split into one chunk per
 thread of a shared pool (``os.cpu_count()`` threads; ctypes releases the GIL during the call);
@@ -21,7 +24,7 @@ a kernel with little work (``min_parallel_work`` innermost iterations) or a sequ
 Memory: arguments are the caller's arrays (C-contiguous, aligned, not overlapping; written in
 place); weights are the arrays of the ``loop.global`` ops; scratch buffers (``loop.alloc``) come
 from a :class:`BufferAllocator`. :class:`PerRunAllocator` (the default) gives fresh numpy memory
-on every run; ``allocator="arena"`` uses :class:`~ptxc.driver.memory_plan.ArenaAllocator`, the
+on every run; ``allocator="arena"`` uses :class:`~ptxc.driver.arena.ArenaAllocator`, the
 liveness-based planner's one arena (views at planned offsets, from each slot's ``span``/``dtype``
 and ``first``/``last`` kernel), kept across runs.
 
@@ -51,18 +54,10 @@ import numpy as np
 from ..errors import BindingError, CompileError, IndexOutOfRangeError
 from ..dialects.loop import allocate, restride
 from ..ir.core import Operation
+from ..codegen.host import LIBGCC, LIBM, compile_object
 from ..ir.types import BufferType
 from ..lower.loop_to_llvm import (BufferSlot, LLVMProgram, lower_loop_to_llvm,
                                   new_host_target_machine)
-
-#: C library functions kernels may call, directly or through LLVM intrinsics
-_LIBM = ["tanh", "erf", "exp", "expf", "log", "logf", "pow", "powf", "sqrt", "sqrtf", "floor",
-         "floorf", "ceil", "ceilf", "fabs", "fabsf", "fmax", "fmaxf", "fmin", "fminf", "exp2",
-         "exp2f", "tanhf", "erff", "roundeven", "roundevenf", "fma", "fmaf"]
-_LIBGCC = ["__truncdfhf2", "__truncsfhf2", "__extendhfsf2", "__extendhfdf2"]
-# the trigonometric and hyperbolic functions math.* ops call (llvm_scalar._TRIG), double and float
-from ..lower.llvm_scalar import _TRIG  # noqa: E402
-_LIBM += [f for n in _TRIG for f in (n, n + "f")]
 
 
 class BufferAllocator(Protocol):
@@ -88,7 +83,7 @@ class PerRunAllocator:
 @functools.lru_cache(maxsize=None)
 def _register_symbols() -> None:
     import llvmlite.binding as llvm
-    for lib, names in ((ctypes.util.find_library("m"), _LIBM), ("libgcc_s.so.1", _LIBGCC)):
+    for lib, names in ((ctypes.util.find_library("m"), LIBM), ("libgcc_s.so.1", LIBGCC)):
         try:
             dll = ctypes.CDLL(lib)
         except OSError:
@@ -112,23 +107,6 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL
 
 
-def optimize(text: str, opt_level: int = 3, tm=None):
-    """Parse and optimize LLVM IR text for the host; returns the llvmlite module."""
-    import llvmlite.binding as llvm
-    tm = tm or new_host_target_machine()
-    try:
-        mod = llvm.parse_assembly(text)
-        mod.verify()
-    except RuntimeError as e:
-        raise CompileError(f"cpu: invalid LLVM IR: {e}") from None
-    pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
-    pto.loop_vectorization = opt_level >= 2
-    pto.slp_vectorization = opt_level >= 2
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
-    return mod
-
-
 class CpuProgram:
     """A JIT-compiled loop program; see the module docstring."""
 
@@ -143,20 +121,19 @@ class CpuProgram:
         self.threads = max(1, threads if threads is not None else (os.cpu_count() or 1))
         self.min_parallel_work = min_parallel_work
         if allocator == "arena":
-            from .memory_plan import ArenaAllocator
+            from .arena import ArenaAllocator
             allocator = ArenaAllocator()
         elif isinstance(allocator, str):
             raise CompileError(f"cpu: unknown allocator {allocator!r} (known: 'arena')")
         self.allocator = allocator or PerRunAllocator()
-        tm = new_host_target_machine()  # owned by the engine from here on
         self._module = None
-        if object_code is None:
-            self._module = optimize(program.text, opt_level, tm)
-            object_code = tm.emit_object(self._module)
+        if object_code is None:  # (tests, tools, and plans without object code)
+            object_code, self._module = compile_object(program, opt_level)
+        tm = new_host_target_machine()  # owned by the engine from here on
         #: the host's machine code of every kernel (a relocatable object file): a plan stores it
         #: and loads it on a host with the same CPU features without optimizing or codegen
         self.object_code = bytes(object_code)
-        # an empty module for the engine, then the object: codegen runs once (emit_object)
+        # an empty module for the engine, then the object: no optimizer, no code generator
         empty = llvm.parse_assembly("")
         empty.triple = program.triple or llvm.get_process_triple()
         self._engine = llvm.create_mcjit_compiler(empty, tm)

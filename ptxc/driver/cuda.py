@@ -1,6 +1,6 @@
-"""The CUDA runtime: load a PtxProgram's PTX onto the GPU and run its kernels.
+"""The CUDA runtime: load a cuda Artifact's PTX onto the GPU and run its kernels.
 
-    program = CudaProgram(ptx_program, memory_plan)    # touches no GPU: builds on any machine
+    program = CudaProgram(artifact, artifact.memory_plan)   # touches no GPU: builds anywhere
     outputs = program({"x": x})                        # host arrays in, host arrays out
     outputs = program.run_device({"x": dx})            # device arrays in, fresh device arrays out
     program.cuda_graph = False                         # launch kernel by kernel instead
@@ -91,13 +91,14 @@ __all__ = ["CudaProgram", "CudaContext", "arch_number", "arch_compatible"]
 
 
 class CudaProgram(DeviceInterop):
-    """A PtxProgram (``ptx``, ``arch``, ``table``, ``globals``) and its memory plan, runnable on
-    the GPU; see the module docstring. Construction checks the table (every kernel has its
-    launch shape) and the plan (it places exactly the table's scratch slots), nothing more."""
+    """A cuda Artifact or PtxProgram (``ptx``, ``arch``, ``table``, ``globals``) and its memory
+    plan, runnable on the GPU; see the module docstring. Construction checks the table (every
+    kernel has its launch shape) and the plan (it places exactly the table's scratch slots),
+    nothing more."""
 
     def __init__(self, ptx_program, plan, cuda_graph: bool = True, *, exact_arch: bool = False,
                  sync_each: bool | None = None):
-        from .memory_plan import buffers_from_slots
+        from ..codegen.memory_plan import buffers_from_slots
         self.ptx_program = ptx_program
         self.ptx: str = ptx_program.ptx
         self.arch: str = ptx_program.arch
@@ -303,7 +304,7 @@ class CudaProgram(DeviceInterop):
 
     def _slot_buffers(self) -> list:
         """The planner's record of each slot (None for args and globals), in slot order."""
-        from .memory_plan import buffers_from_slots
+        from ..codegen.memory_plan import buffers_from_slots
         allocs = iter(buffers_from_slots([s for s in self.table.slots if s.kind == "alloc"]))
         return [next(allocs) if s.kind == "alloc" else None for s in self.table.slots]
 

@@ -1,6 +1,7 @@
 """The Engine: a compiled model, its bindings and its runtime program.
 
     engine = ptxc.compile("model.onnx", target="cpu")
+    engine = Engine.from_artifact(ptxc.codegen.build(loop_module, target))  # the same, by hand
     engine.inputs, engine.outputs        # {name: TensorType}
     outputs = engine.run({"data": x})    # dict[str, np.ndarray] -> dict[str, np.ndarray]
     engine.memory_report()               # arena peak beside the live-bytes lower bound
@@ -15,8 +16,10 @@
     engine.cuda_graph = False            # launch kernel by kernel instead of one CUDA graph
 
 A wrong input name, shape or dtype is a BindingError naming the binding and what it expects.
-The runtimes are :mod:`ptxc.driver.cpu` and :mod:`ptxc.driver.cuda`; both place the scratch
-buffers with the same static memory plan (:mod:`ptxc.driver.memory_plan`).
+An engine is made of an :class:`~ptxc.codegen.artifact.Artifact` only (:meth:`Engine.from_artifact`:
+code generation is :mod:`ptxc.codegen`'s, never the runtime's). The runtimes are
+:mod:`ptxc.driver.cpu` and :mod:`ptxc.driver.cuda`; both place the scratch buffers by the
+Artifact's static memory plan (:mod:`ptxc.codegen.memory_plan`).
 """
 
 from __future__ import annotations
@@ -24,28 +27,8 @@ from __future__ import annotations
 import time
 
 from ..errors import BindingError, DeviceError
-from ..ir.core import Operation
 from ..ir.interpreter import check_inputs
 from ..ir.types import TensorType
-
-
-def check_host_memory(plan, table, limit: int | None = None) -> None:
-    """Refuse, before anything is allocated, an arena the host cannot hold: a CompileError
-    naming the largest scratch buffer and the layer (ONNX node) that first writes it, instead
-    of a bare MemoryError at the first run (e.g. an LRN with size=2**31)."""
-    from .plan_trust import host_memory_bytes
-    limit = host_memory_bytes() if limit is None else limit
-    if plan.arena_bytes <= limit:
-        return
-    from ..errors import CompileError
-    slots = {s.name: s for s in table.slots if s.kind == "alloc"}
-    big = max(plan.buffers, key=lambda b: b.size)
-    s = slots.get(big.name)
-    layer = table.kernels[s.first].loc if s is not None and 0 <= s.first < len(
-        table.kernels) else None
-    raise CompileError(f"the scratch memory plan needs {plan.arena_bytes:,} bytes, more than "
-                       f"this host's {limit:,}: the largest buffer {big.name!r} "
-                       f"({big.size:,} bytes) is written by layer {layer!r}")
 
 
 def _bindings(table) -> tuple[dict, dict]:
@@ -71,6 +54,7 @@ class Engine:
         self.llvm_text = llvm_text
         self.kernels = kernels
         self.memory_plan = None   # a MemoryPlan when the runtime uses the planned arena
+        self.artifact = None      # the Artifact it was made of (Engine.from_artifact)
         self.precision = "fp32"
         self.layer_precisions = None  # int8: (layer, precision, why) per conv/gemm/matmul
         self._max_memory = None
@@ -89,53 +73,36 @@ class Engine:
         check_max_memory(self, value)
 
     @classmethod
-    def for_cpu(cls, loop_module: Operation, timings: dict | None = None, threads=None):
-        """JIT-compile a loop-level module for the host CPU."""
-        from ..driver.cpu import CpuProgram
-        from ..lower.loop_to_llvm import lower_loop_to_llvm
+    def from_artifact(cls, artifact, *, threads: int | None = None, cuda_graph: bool = True,
+                      timings: dict | None = None, min_parallel_work: int | None = None,
+                      exact_arch: bool = False) -> "Engine":
+        """The engine of a build (:func:`ptxc.codegen.build`) or of a plan file's Artifact:
+        cpu: the host object loaded into MCJIT (``threads``: the pool's size); cuda: the CUDA
+        runtime over the PTX (``cuda_graph``; ``exact_arch``: a plan's arch must be the
+        device's own), which touches no GPU until the first run. No code is generated here
+        (a cpu Artifact without object code, from an older plan, is compiled for this host).
+        ``timings`` (the build's) gain ``jit``, the seconds loading the cpu code took."""
         timings = dict(timings or {})
-        t0 = time.perf_counter()
-        program = lower_loop_to_llvm(loop_module)
-        timings["llvm"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        # the static memory plan: every scratch buffer at an offset of one arena
-        from .memory_plan import ArenaAllocator, buffers_from_slots, plan_memory
-        t0 = time.perf_counter()
-        plan = plan_memory(buffers_from_slots([s for s in program.table.slots
-                                               if s.kind == "alloc"]))
-        plan.validate()
-        check_host_memory(plan, program.table)
-        timings["memory_plan"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        kwargs = {} if threads is None else {"threads": threads}
-        cpu = CpuProgram(program, allocator=ArenaAllocator(plan=plan), **kwargs)
-        timings["jit"] = time.perf_counter() - t0
-        engine = cls("cpu", cpu, *_bindings(program.table), timings, program.text,
-                     program.table)
+        plan = artifact.memory_plan
+        if artifact.kind == "cuda":
+            from .cuda import CudaProgram
+            program = CudaProgram(artifact, plan, cuda_graph=cuda_graph, exact_arch=exact_arch)
+        else:
+            from ..lower.kernel_table import LLVMProgram
+            from .arena import ArenaAllocator
+            from .cpu import CpuProgram
+            t0 = time.perf_counter()
+            kwargs = {} if min_parallel_work is None else {"min_parallel_work": min_parallel_work}
+            program = CpuProgram(LLVMProgram(artifact.llvm_text, artifact.table, artifact.globals,
+                                             artifact.triple, artifact.data_layout),
+                                 threads=threads,
+                                 allocator=None if plan is None else ArenaAllocator(plan=plan),
+                                 object_code=artifact.object_code, **kwargs)
+            timings["jit"] = timings.get("jit", 0.0) + time.perf_counter() - t0
+        engine = cls(artifact.kind, program, *_bindings(artifact.table), timings,
+                     artifact.llvm_text, artifact.table)
         engine.memory_plan = plan
-        return engine
-
-    @classmethod
-    def for_cuda(cls, loop_module: Operation, timings: dict | None = None, arch: str | None = None,
-                 cuda_graph: bool = True):
-        """PTX for ``arch`` from a mapped loop-level module (every kernel a gpu.launch), its
-        memory plan, and the CUDA runtime over them (which touches no GPU until the first run)."""
-        from ..ptx import lower_to_ptx
-        from .cuda import CudaProgram
-        from .memory_plan import buffers_from_slots, plan_memory
-        timings = dict(timings or {})
-        t0 = time.perf_counter()
-        prog = lower_to_ptx(loop_module, arch=arch)
-        timings["ptx"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        plan = plan_memory(buffers_from_slots([s for s in prog.table.slots
-                                               if s.kind == "alloc"]))
-        plan.validate()
-        timings["memory_plan"] = time.perf_counter() - t0
-        program = CudaProgram(prog, plan, cuda_graph=cuda_graph)
-        engine = cls("cuda", program, *_bindings(prog.table), timings, prog.llvm_text,
-                     prog.table)
-        engine.memory_plan = plan
+        engine.artifact = artifact
         return engine
 
     # ---- cuda ----------------------------------------------------------------------------------
@@ -203,10 +170,10 @@ class Engine:
 
     def save(self, path, key=None) -> None:
         """Write this engine to a plan file; ``ptxc.load(path)`` reads it back without
-        recompiling the model (see :mod:`ptxc.driver.plan`). ``key`` (bytes or str, or
+        recompiling the model (see :mod:`ptxc.plan`). ``key`` (bytes or str, or
         ``PTXC_PLAN_KEY``): sign it with HMAC-SHA256; loading then needs the same key
-        (:mod:`ptxc.driver.plan_trust`)."""
-        from .plan import save_plan
+        (:mod:`ptxc.plan.trust`)."""
+        from ..plan.save import save_plan
         save_plan(self, path, key=key)
 
     def run(self, inputs: dict) -> dict:

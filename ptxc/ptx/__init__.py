@@ -53,6 +53,8 @@ class PtxProgram:
     llvm_text: str
     table: KernelTable
     globals: dict  # global name -> read-only numpy array
+    #: each kernel's module key (:func:`.split.key`), in table order: equal keys, the same code
+    keys: tuple = ()
 
     @property
     def kernel_names(self) -> list[str]:
@@ -156,7 +158,8 @@ def _lower_to_ptx(loop_module, func, arch, opt_level, timings, jobs) -> PtxProgr
     ptx += footprint_lines(prog.table)
     clock("join")
     return PtxProgram(ptx, arch, prog.text, prog.table,
-                      {k: np.asarray(v) for k, v in prog.globals.items()})
+                      {k: np.asarray(v) for k, v in prog.globals.items()},
+                      tuple(keys) if kernels else ())
 
 
 #: the schedules whose kernels need an arch-specific target, and what they need

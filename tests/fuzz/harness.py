@@ -44,7 +44,7 @@ def base_model():
 
 def base_plan() -> bytes:
     import ptxc
-    from ptxc.driver.plan import plan_to_bytes
+    from ptxc.plan.save import plan_to_bytes
     return plan_to_bytes(ptxc.compile(base_model(), target="cpu"))
 
 

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(autouse=True)
 def hopper():
-    from ptxc.driver.plan import device_arch
+    from ptxc.target import device_arch
     if device_arch() not in ("sm_90", "sm_90a"):
         pytest.skip(f"wgmma needs sm_90, the GPU is {device_arch()}")
 

@@ -14,7 +14,7 @@ def test_the_catalogue_applies_to_the_sources():
     runner.check()
     assert len(CATALOGUE) >= 30
     for area, prefix in {"graph passes": "rewrite/passes/", "lowerings": "lower/",
-                         "gpu schedules": "lower/gpu_map/", "memory planner": "driver/memory_plan",
+                         "gpu schedules": "lower/gpu_map/", "memory planner": "codegen/memory_plan",
                          "runtime": "driver/cpu"}.items():
         assert any(m.file.startswith(prefix) for m in CATALOGUE), f"no mutation in the {area}"
 

@@ -5,7 +5,7 @@ allocator in the CPU runtime.
   256): the plan passes ``validate()`` and an independent pairwise check, the lower bound equals
   a step-by-step count, ``lower_bound <= arena <= no_reuse``, refinement never loses to greedy
   by size, plans are deterministic and survive JSON. No ratio is asserted here: greedy by size
-  reaches 1.39x on such sets (module docstring of ptxc/driver/memory_plan.py).
+  reaches 1.39x on such sets (module docstring of ptxc/codegen/memory_plan.py).
 * CNN-like lifetimes: networks built layer by layer (one kernel per layer, residual adds in
   place, concat slices as aliases) with random depths (up to 3x the usual blocks: 12-layer
   transformers, 36-layer dense blocks), widths, batch and resolution, from eight families.
@@ -32,7 +32,8 @@ from hypothesis import strategies as st
 from ptxc.compiler import run_stages
 from ptxc.dialects.loop import parallel_loop, run_main
 from ptxc.driver.cpu import CpuProgram, PerRunAllocator
-from ptxc.driver.memory_plan import ArenaAllocator, MemoryPlan, plan_memory
+from ptxc.codegen.memory_plan import MemoryPlan, plan_memory
+from ptxc.driver.arena import ArenaAllocator
 from ptxc.errors import CompileError
 from ptxc.ir.types import F32, F64
 from property.strategies import graphs

@@ -1,10 +1,11 @@
 """The plan file container: prefix, JSON header, 64-byte aligned blobs, SHA-256 (the bytes
-of a plan; what the header means and how an Engine comes of it is :mod:`ptxc.driver.plan`).
+of a plan; how an engine's header is written is :mod:`ptxc.plan.save`, how an Engine comes of
+it :mod:`ptxc.plan.load`).
 
 **Layout** (integers little-endian)::
 
     0         8 bytes   magic b"PTXCPLAN"
-    8         u32       format version (FORMAT_VERSION, 1)
+    8         u32       format version (FORMAT_VERSION, 2)
     12        u64       H: length of the JSON header
     20        H bytes   the header, UTF-8 JSON
               zeros up to the next multiple of 64: the blob section starts there, at B
@@ -18,7 +19,10 @@ the weights in it without copying.
 
 **Header**: ``format`` ("ptxc-plan") and ``format_version``; ``ptxc_version``,
 ``llvmlite_version``, ``llvm_version``; ``target`` ("cpu" or "cuda") and ``arch`` (the CUDA
-arch of the PTX, e.g. "sm_90"; None for cpu); ``host`` (cpu: LLVM ``triple``, ``data_layout``,
+arch of the PTX, e.g. "sm_90"; None for cpu); ``built_for`` (the
+:class:`~ptxc.target.Target` the code was generated for, :meth:`~ptxc.target.Target.to_dict`:
+kind, arch, GPU name, SM count, memory limits, features; on cpu the host CPU it was built on);
+``host`` (cpu: LLVM ``triple``, ``data_layout``,
 and the ``cpu_name`` it was built on; cuda: None); ``options`` (``precision``; cpu:
 ``min_parallel_work``, ``allocator``; cuda: ``cuda_graph``); ``bindings`` (``inputs``/``outputs``:
 name, shape, dtype); ``kernel_table`` (:meth:`KernelTable.to_json`; a cuda kernel has its
@@ -28,6 +32,9 @@ always: the device arena's offsets); ``blobs`` (name, kind "llvm" | "ptx" | "wei
 shape, offset, nbytes) and ``data_bytes`` (the length of the blob section). Unknown keys are
 ignored: they are data, never looked up as code.
 
+**Versions.** 1: the first format. 2: the header gained ``built_for`` (a plan records its
+target); a version 1 plan is refused (cause ``format``), as any other version.
+
 **Blobs by target.** cpu: ``llvm``/``module`` (the LLVM IR text, UTF-8 bytes) and the weights.
 cuda: ``ptx``/``module`` (the PTX text, UTF-8 bytes, exactly as compiled) and the weights; the
 NVPTX LLVM IR is not stored (the PTX is the program; ``explore`` shows the IR).
@@ -35,7 +42,7 @@ NVPTX LLVM IR is not stored (the PTX is the program; ``explore`` shows the IR).
 :func:`encode_plan` writes the container; :func:`decode_plan` checks it (magic, truncation,
 format version, checksum, header JSON, the blob table) and views the blobs. Each refusal is a
 :class:`~ptxc.errors.PlanError` with a ``cause`` of :data:`CAUSES` (listed in
-:mod:`ptxc.driver.plan`).
+:mod:`ptxc.plan.load`).
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ __all__ = ["encode_plan", "decode_plan", "MAGIC", "FORMAT_VERSION", "FORMAT_NAME
            "CAUSES", "DTYPES", "BLOB_KINDS", "MAX_COUNT", "INTRINSICS"]
 
 MAGIC = b"PTXCPLAN"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 FORMAT_NAME = "ptxc-plan"
 ALIGN = 64
 CAUSES = ("magic", "truncated", "format", "checksum", "header", "blob", "version", "target",

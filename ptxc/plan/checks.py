@@ -3,8 +3,8 @@ against bounds the host can honour and against the bindings and weights, the sto
 against the rules of what loop-to-llvm emits (an allowlist of callees, the kernels' signatures
 and footprints), the memory plan against the table's scratch buffers, and a cuda plan's PTX
 entries against the table. Every failure is a :class:`~ptxc.errors.PlanError` naming the
-field (see :mod:`ptxc.driver.plan` for the trust model these serve, and
-:mod:`ptxc.driver.plan_object` for the object code's ELF check).
+field (see :mod:`ptxc.plan.load` for the trust model these serve, and
+:mod:`ptxc.plan.object_code` for the object code's ELF check).
 
 Example: a kernel table whose input slot was shrunk in the header alone::
 
@@ -20,8 +20,10 @@ import re
 
 import numpy as np
 
+from ..codegen.host import LIBGCC, LIBM
+from ..codegen.memory_plan import MemoryPlan, buffers_from_slots, host_memory_bytes
 from ..errors import PlanError
-from .plan_format import DTYPES, INTRINSICS, MAX_COUNT, _is_int, _refuse
+from .format import DTYPES, INTRINSICS, MAX_COUNT, _is_int, _refuse
 
 __all__ = ["_kernel_table", "_check_code", "_check_ptx", "_stored_memory_plan"]
 
@@ -110,7 +112,6 @@ def _check_table_fields(d: dict) -> None:
     anything computes with it: a dimension of 10**30 would overflow numpy or ctypes), and the
     scratch and binding slots fit the host's memory. A failure is a ValueError naming the
     field, which the caller turns into a PlanError."""
-    from .plan_trust import host_memory_bytes
     limit = host_memory_bytes()
 
     def count(where, v, lo=0, hi=MAX_COUNT):
@@ -164,13 +165,12 @@ def _check_code(text: str, table, source: str) -> None:
     """The stored IR parses and keeps to what loop-to-llvm emits; see the module docstring."""
     import llvmlite.binding as llvm
     from llvmlite.binding import ValueKind
-    from .cpu import _LIBGCC, _LIBM
     try:
         mod = llvm.parse_assembly(text)
         mod.verify()
     except RuntimeError as e:
         raise _refuse("code", f"the stored LLVM IR does not parse: {e}", source) from None
-    allowed = set(_LIBM) | set(_LIBGCC)
+    allowed = set(LIBM) | set(LIBGCC)
     kernels = {k.name: k for k in table.kernels}
     defined = set()
     suspicious = _calls_not_by_name(text)
@@ -248,11 +248,6 @@ def _stored_memory_plan(header: dict, table, source: str):
     if d is None:
         return None
     try:
-        from .memory_plan import MemoryPlan, buffers_from_slots
-    except ImportError:
-        raise _refuse("version", "the plan has a memory plan and this ptxc no planner",
-                      source) from None
-    try:
         plan = MemoryPlan.from_json(d)
     except PlanError as e:
         raise _refuse("header", str(e), source) from None
@@ -260,7 +255,6 @@ def _stored_memory_plan(header: dict, table, source: str):
             ZeroDivisionError) as e:  # (alignment 0)
         raise _refuse("header", f"malformed memory plan ({type(e).__name__}: {e})",
                       source) from None
-    from .plan_trust import host_memory_bytes
     if not (_is_int(plan.arena_bytes) and 0 <= plan.arena_bytes <= host_memory_bytes()):
         raise _refuse("header", f"memory_plan.arena_bytes {plan.arena_bytes!r} is more than "
                       f"this host's memory ({host_memory_bytes():,} bytes)", source)

@@ -3,7 +3,7 @@ plan is signed.
 
 A plan is code: a cpu plan holds LLVM IR the runtime JIT-compiles, a cuda plan PTX the driver
 JIT-compiles, and the kernel table says how large each buffer is. Loading checks what can be
-checked without trusting the file (this module and the checks of :mod:`ptxc.driver.plan`), but a
+checked without trusting the file (this module and the checks of :mod:`ptxc.plan.load`), but a
 crafted file with a recomputed SHA-256 can still pair code with buffer sizes it does not fit:
 only a plan whose origin is known may be run, as a shared library. That is what signing gives.
 
@@ -11,7 +11,8 @@ only a plan whose origin is known may be run, as a shared library. That is what 
 directory is refused without blocking: the file is opened ``O_NONBLOCK`` and ``fstat``-ed); the
 20-byte prefix is read first, and the magic tag, the format version and the header length are
 checked against the file's size and :data:`MAX_HEADER_BYTES` before the rest is read; a file
-larger than the host's memory (:func:`host_memory_bytes`) is refused before it is read.
+larger than the host's memory (:func:`~ptxc.codegen.memory_plan.host_memory_bytes`) is
+refused before it is read.
 
 **Signing** (:func:`sign`, :func:`verify`): ``engine.save(path, key=...)`` appends a trailer of
 ``b"PTXCSIG1"`` and an HMAC-SHA256 (standard library ``hmac``) over every byte before it (the
@@ -33,10 +34,10 @@ import struct
 
 import numpy as np
 
+from ..codegen.memory_plan import host_memory_bytes
 from ..errors import PlanError
 
-__all__ = ["read_plan_file", "sign", "verify", "plan_key", "host_memory_bytes",
-           "MAX_HEADER_BYTES", "SIG_MAGIC"]
+__all__ = ["read_plan_file", "sign", "verify", "plan_key", "MAX_HEADER_BYTES", "SIG_MAGIC"]
 
 SIG_MAGIC = b"PTXCSIG1"
 SIG_BYTES = len(SIG_MAGIC) + 32
@@ -49,14 +50,6 @@ def _refuse(cause: str, message: str, source: str) -> PlanError:
     err = PlanError(f"{source}: {message} [{cause}]")
     err.cause = cause
     return err
-
-
-def host_memory_bytes() -> int:
-    """The host's physical memory in bytes (a limit no plan may ask for more than)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 40
 
 
 def plan_key(key) -> bytes | None:

@@ -23,14 +23,14 @@ the bytes it patches inside the target section, its addend inside what the symbo
 what the object links against: every
 defined global symbol is a kernel of the plan's table (each kernel defined once, as a function
 in an executable section), and every undefined symbol is one the CPU runtime provides
-(the C math functions and libgcc helpers of :mod:`ptxc.driver.cpu`, and the ``mem*`` functions
+(the C math functions and libgcc helpers of :mod:`ptxc.codegen.host`, and the ``mem*`` functions
 LLVM may turn loops into). That last part is the object's counterpart of the IR allowlist of
-:func:`ptxc.driver.plan_checks._check_code`: the code is the program, so the object may reach nothing in
+:func:`ptxc.plan.checks._check_code`: the code is the program, so the object may reach nothing in
 the process beyond them by name.
 
 What it cannot check: the machine code itself. A flipped byte inside ``.ltext`` is still a
 well-formed object, and running it may fault, as running a damaged shared library may; only a
-signature (:mod:`ptxc.driver.plan_trust`) keeps such a file out.
+signature (:mod:`ptxc.plan.trust`) keeps such a file out.
 
 Example: a section header's ``sh_offset`` of 0x4141414141 in a 984-byte object::
 

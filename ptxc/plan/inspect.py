@@ -1,17 +1,22 @@
 """``ptxc inspect PLAN``: what a plan file holds, read without compiling or running anything.
 
-Target and versions, bindings, the kernel table (each kernel's layer and buffers; cpu: its
-outer range; cuda: its grid, block, static shared bytes and the map-to-gpu schedule; its
-precision: the element types of its buffers), the memory
-plan (arena, lower bound, offsets) and the blobs (LLVM IR or PTX, weights). Where one layer
-has several kernels, a legend line says why (:data:`LEGEND`).
+Target and versions, the GPU (or host) it was built for, with a note where the GPU here is
+another (a plan for another arch does not load; one for the same arch with another SM count
+runs, with tiles sized for the other chip), bindings, the kernel table (each kernel's layer and
+buffers; cpu: its outer range; cuda: its grid, block, static shared bytes and the map-to-gpu
+schedule; its precision: the element types of its buffers), the memory plan (arena, lower bound,
+offsets) and the blobs (LLVM IR or PTX, weights). Where one layer has several kernels,
+a legend line says why (:data:`LEGEND`).
 """
 
 from __future__ import annotations
 
 from ..errors import PlanError, PtxcError
-from .plan import ALIGN, FORMAT_VERSION, MAGIC, decode_plan
-from .plan_trust import read_plan_file, strip_signature
+from ..ptx.target import arch_number
+from ..target import device_target
+from .format import ALIGN, FORMAT_VERSION, MAGIC, decode_plan
+from .load import describe, recorded_target
+from .trust import read_plan_file, strip_signature
 
 
 def inspect_plan(path) -> str:
@@ -50,6 +55,24 @@ LEGEND = ("  (rows that name the same layer are that layer's kernels, in launch 
           "them)")
 
 
+def _built_for(header: dict) -> list[str]:
+    """The ``built for`` line, and a note on the GPU here where it is not the one built for."""
+    built = recorded_target(header)
+    if built is None:
+        return [f"built for: {header.get('built_for')!r} (not a target description)"]
+    out = [f"built for: {describe(built)}"]
+    here = device_target() if built.kind == "cuda" else None
+    if here is None:
+        return out
+    if arch_number(here.arch)[0] != built.sm:
+        out.append(f"  note: this GPU is {describe(here)}: the plan does not load here (it is "
+                   f"for {built.arch}; recompile for this GPU)")
+    elif here.sms != built.sms:
+        out.append(f"  note: this GPU is {describe(here)}: the plan runs here, with tiles "
+                   f"sized for {built.sms} SMs (recompile to tune for {here.sms})")
+    return out
+
+
 def _report(path, data, header: dict, signed: bool) -> str:
     out = [f"plan {path}: {len(data):,} bytes, format {header.get('format')} "
            f"v{header.get('format_version')}, ptxc {header.get('ptxc_version')}"
@@ -57,6 +80,7 @@ def _report(path, data, header: dict, signed: bool) -> str:
     arch = header.get("arch")
     out.append(f"target: {header.get('target')}" + (f" ({arch})" if arch else "")
                + f"; options: {header.get('options')}")
+    out += _built_for(header)
     b = header.get("bindings", {})
     for kind in ("inputs", "outputs"):
         for x in b.get(kind, []):

@@ -100,7 +100,7 @@ def cache_key(model, target: str, options: dict) -> str | None:
     host = None
     if target == "cpu":
         import llvmlite.binding as llvm
-        from .plan import host_cpu_features
+        from ..codegen.host import host_cpu_features
         host = [llvm.get_process_triple(), llvm.get_host_cpu_name(), host_cpu_features()]
     meta = json.dumps({"target": target, "options": _jsonable(options), "host": host,
                        "pipelines": [STAGE_PIPELINES, TARGET_STAGE_PIPELINES,
@@ -114,7 +114,7 @@ def cache_key(model, target: str, options: dict) -> str | None:
 def lookup(key: str, threads: int | None = None):
     """The cached engine of ``key``, or None (a missing or unusable entry)."""
     from ..errors import PtxcError
-    from .plan import load_plan
+    from .load import load_plan
     d = cache_dir()
     if d is None or key is None:
         return None

@@ -5,9 +5,11 @@
     plan.arena_bytes        # 8192 (peak), plan.lower_bound_bytes 8192, plan.no_reuse_bytes 12288
     print(plan.report())
 
-It is target-independent: the CPU runtime uses it through :class:`ArenaAllocator` (one numpy
-arena, a view per scratch buffer); the CUDA runtime will place the same offsets in one device
-allocation, and a plan file stores :meth:`MemoryPlan.to_json`.
+It is target-independent and part of code generation (:func:`ptxc.codegen.build` plans the
+kernel table's scratch slots into the Artifact): the CPU runtime reads the plan through
+:class:`~ptxc.driver.arena.ArenaAllocator` (one numpy arena, a view per scratch buffer), the
+CUDA runtime places the same offsets in one device allocation, and a plan file stores
+:meth:`MemoryPlan.to_json`.
 
 **Input.** A buffer is a :class:`Buffer` record ``(name, size_bytes, first_use, last_use,
 alias_of=None, alias_offset=0)``. Uses are step numbers (the kernels, in execution order) and the
@@ -69,15 +71,15 @@ for greedy alone on the families it meets exactly, for the refined plan on every
 from __future__ import annotations
 
 import json
+import os
 import random
 from typing import Iterable
 
 import attrs
-import numpy as np
 
 from ..errors import CompileError, PlanError
 
-__all__ = ["Buffer", "MemoryPlan", "plan_memory", "buffers_from_slots", "ArenaAllocator"]
+__all__ = ["Buffer", "MemoryPlan", "plan_memory", "buffers_from_slots", "host_memory_bytes"]
 
 #: format version of :meth:`MemoryPlan.to_json`
 PLAN_FORMAT = 1
@@ -493,76 +495,10 @@ def buffers_from_slots(slots) -> list[Buffer]:
     return out
 
 
-def aligned_view(raw: np.ndarray, n: int, alignment: int) -> np.ndarray:
-    """The first ``n`` bytes of ``raw`` that start at a multiple of ``alignment``; ``raw`` holds
-    ``n + alignment`` bytes or more. numpy gives no alignment beyond 16 bytes, so the arena is
-    over-allocated and carved here (a pure function, so a test can hand it any misalignment)."""
-    shift = (-raw.ctypes.data) % alignment
-    if shift + n > raw.nbytes:
-        raise ValueError(f"aligned_view: {raw.nbytes} bytes cannot hold {n} aligned to {alignment}")
-    return raw[shift:shift + n]
-
-
-class ArenaAllocator:
-    """A :class:`~ptxc.driver.cpu.BufferAllocator` over one planned arena: the scratch slots are
-    planned on the first run (``plan``; replanned only if the slots change), one numpy arena of
-    ``plan.arena_bytes`` is allocated with its base aligned to ``alignment``, and each slot is a
-    view at its offset. An unused or empty slot gets its own small array (it is never touched,
-    but the runtime checks its size). A ``plan`` given here (one loaded from a plan file) is
-    used as it is, after checking it matches the slots.
-
-    ``persistent=True`` (the default, an engine's arena): the arena is kept and reused by every
-    run, so two runs of one program sharing this allocator must not overlap in time (as with one
-    TensorRT execution context: the program forks one allocator per context, ``fork``);
-    ``persistent=False`` allocates a fresh arena per run."""
-
-    def __init__(self, alignment: int = 256, persistent: bool = True, refine: int = 96,
-                 plan: MemoryPlan | None = None):
-        self.alignment = plan.alignment if plan is not None else alignment
-        self.persistent = persistent
-        self.refine = refine
-        self.plan: MemoryPlan | None = plan
-        self._given = plan is not None
-        self._key = None
-        self._arena: np.ndarray | None = None
-
-    def fork(self) -> "ArenaAllocator":
-        """An allocator for another execution context: the same plan (once there is one), an
-        arena of its own."""
-        return ArenaAllocator(self.alignment, self.persistent, self.refine, plan=self.plan)
-
-    def _new_arena(self) -> np.ndarray:
-        n = self.plan.arena_bytes
-        return aligned_view(np.empty(n + self.alignment, np.uint8), n, self.alignment)
-
-    def _check_given(self, wanted: list) -> None:
-        have = [(b.name, b.size, b.first, b.last) for b in self.plan.buffers]
-        want = [(b.name, b.size, b.first, b.last) for b in wanted]
-        if have != want:
-            diff = next((h, w) for h, w in zip(have + [None] * len(want),
-                                               want + [None] * len(have)) if h != w)
-            raise CompileError(f"memory plan does not match the program's scratch buffers: "
-                               f"plan has {diff[0]}, program needs {diff[1]} "
-                               "(name, bytes, first, last)")
-        self.plan.validate()
-
-    def allocate(self, slots) -> list[np.ndarray]:
-        key = tuple((s.name, s.nbytes, s.first, s.last, s.dtype) for s in slots)
-        if key != self._key:
-            wanted = buffers_from_slots(slots)
-            if self._given:
-                self._check_given(wanted)
-            else:
-                self.plan = plan_memory(wanted, self.alignment, refine=self.refine)
-                self.plan.validate()
-            self._key, self._arena = key, None
-        if self._arena is None or not self.persistent:
-            self._arena = self._new_arena()
-        out = []
-        for s, b in zip(slots, self.plan.buffers):
-            if self.plan.live[b.name] is None or b.size == 0:
-                out.append(np.empty(max(s.span, 1), s.dtype))
-                continue
-            off = self.plan.offsets[b.name]
-            out.append(self._arena[off:off + b.size].view(s.dtype))
-        return out
+def host_memory_bytes() -> int:
+    """The host's physical memory in bytes (a limit no arena, and no plan file, may ask for more
+    than)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 40

@@ -1,0 +1,16 @@
+"""Code generation: a loop-level module and a :class:`~ptxc.target.Target` in, an
+:class:`~.artifact.Artifact` out (kernel table, kernel keys, LLVM IR, PTX or host object code,
+weights, memory plan), and nothing of the runtime.
+
+    from ptxc.codegen import build
+    artifact = build(loop_module, Target.host())       # or Target.resolve("sm_90") for cuda
+    engine = Engine.from_artifact(artifact)            # ptxc.driver: the runtime
+
+Modules: :mod:`.builder` (the build step), :mod:`.artifact` (what it makes), :mod:`.host` (the cpu
+target's optimizer and object code), :mod:`.memory_plan` (the static memory planner).
+"""
+
+from .artifact import Artifact
+from .builder import build
+
+__all__ = ["Artifact", "build"]
