@@ -17,6 +17,11 @@ from .errors import (BindingError, CalibrationCacheError, CalibrationError,  # n
                      CompileError, DeviceError, IndexOutOfRangeError, ModelError,
                      NumericsError, OutOfMemoryError, ParseError, PlanError, PrecisionError,
                      PtxcError, RunError, ShapeInputError, UnsupportedOpError, VerifyError)
+from .dialects import all_ops as _all_ops
+from .ir.spec import install_op_table as _install_op_table
+
+_install_op_table(_all_ops)  # the op registry's table: the IR core imports no dialect
+
 from .frontend.onnx_import import import_onnx, supported_ops
 from .ir.interpreter import interpret
 from .ir.parser import parse_ir

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.spec import Attr, OpSpec, fail, register
+from ..ir.spec import Attr, OpSpec, fail
 from ..ir.types import I1, ScalarType
 
 
@@ -31,7 +31,6 @@ def _cast(x, t: ScalarType):
     return np.asarray(x).astype(t.np_dtype, copy=False)
 
 
-@register
 class Constant(OpSpec):
     """A scalar constant; ``value`` is an int, float or bool, ``type`` its scalar type."""
 
@@ -71,7 +70,7 @@ def _binary(opname: str, fn, doc: str, commutative=False):
     cls = type(opname.title().replace("_", ""), (_Binary,), {
         "__doc__": doc, "name": f"arith.{opname}", "fn": staticmethod(fn),
         "traits": {"pure", "elementwise"} | ({"commutative"} if commutative else set())})
-    return register(cls)
+    return cls
 
 
 def _int_div(a, b):
@@ -82,19 +81,19 @@ def _int_div(a, b):
     return a / b
 
 
-_binary("add", np.add, "lhs + rhs", True)
-_binary("sub", np.subtract, "lhs - rhs")
-_binary("mul", np.multiply, "lhs * rhs", True)
-_binary("div", _int_div, "lhs / rhs (integers truncate toward zero)")
-_binary("max", np.maximum, "max(lhs, rhs); NaN propagates", True)
-_binary("min", np.minimum, "min(lhs, rhs); NaN propagates", True)
-_binary("pow", np.power, "lhs ** rhs")
-_binary("and", np.logical_and, "logical and of i1 values", True)
-_binary("or", np.logical_or, "logical or of i1 values", True)
-_binary("xor", np.logical_xor, "logical exclusive or of i1 values", True)
-_binary("bit_and", np.bitwise_and, "bitwise and of integers", True)
-_binary("bit_or", np.bitwise_or, "bitwise or of integers", True)
-_binary("bit_xor", np.bitwise_xor, "bitwise exclusive or of integers", True)
+Add = _binary("add", np.add, "lhs + rhs", True)
+Sub = _binary("sub", np.subtract, "lhs - rhs")
+Mul = _binary("mul", np.multiply, "lhs * rhs", True)
+Div = _binary("div", _int_div, "lhs / rhs (integers truncate toward zero)")
+Max = _binary("max", np.maximum, "max(lhs, rhs); NaN propagates", True)
+Min = _binary("min", np.minimum, "min(lhs, rhs); NaN propagates", True)
+Pow = _binary("pow", np.power, "lhs ** rhs")
+And = _binary("and", np.logical_and, "logical and of i1 values", True)
+Or = _binary("or", np.logical_or, "logical or of i1 values", True)
+Xor = _binary("xor", np.logical_xor, "logical exclusive or of i1 values", True)
+BitAnd = _binary("bit_and", np.bitwise_and, "bitwise and of integers", True)
+BitOr = _binary("bit_or", np.bitwise_or, "bitwise or of integers", True)
+BitXor = _binary("bit_xor", np.bitwise_xor, "bitwise exclusive or of integers", True)
 
 
 def shift(a, b, left: bool):
@@ -124,13 +123,14 @@ def _rem(a, b):
     return np.fmod(a, b)
 
 
-_binary("shl", lambda a, b: shift(a, b, True), "lhs << rhs (integers, wrapping; see shift)")
-_binary("shr", lambda a, b: shift(a, b, False),
-        "lhs >> rhs (arithmetic for signed integers, logical for unsigned; see shift)")
-_binary("rem", _rem, "truncated remainder: C % for integers (x % 0 is 0), fmod for floats")
+Shl = _binary("shl", lambda a, b: shift(a, b, True),
+              "lhs << rhs (integers, wrapping; see shift)")
+Shr = _binary("shr", lambda a, b: shift(a, b, False),
+              "lhs >> rhs (arithmetic for signed integers, logical for unsigned; see shift)")
+Rem = _binary("rem", _rem,
+              "truncated remainder: C % for integers (x % 0 is 0), fmod for floats")
 
 
-@register
 class Neg(OpSpec):
     """-x"""
 
@@ -145,7 +145,6 @@ class Neg(OpSpec):
         return [_cast(np.negative(args[0]), op.results[0].type)]
 
 
-@register
 class Not(OpSpec):
     """logical not of an i1"""
 
@@ -164,7 +163,6 @@ PREDICATES = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_e
               "gt": np.greater, "ge": np.greater_equal}
 
 
-@register
 class Cmp(OpSpec):
     """Comparison giving i1; ``predicate`` is eq, ne, lt, le, gt or ge."""
 
@@ -186,7 +184,6 @@ class Cmp(OpSpec):
         return [PREDICATES[op.attributes["predicate"]](*args)]
 
 
-@register
 class Select(OpSpec):
     """cond ? a : b"""
 
@@ -205,7 +202,6 @@ class Select(OpSpec):
         return [np.where(*args)]
 
 
-@register
 class Cast(OpSpec):
     """Conversion to ``to`` (floats to ints truncate toward zero; to i1 is ``x != 0``)."""
 
@@ -247,7 +243,6 @@ def round_tf32(x) -> np.ndarray:
     return np.where(np.isfinite(x), r, x)
 
 
-@register
 class RoundTf32(OpSpec):
     """``x`` (f32) rounded to tf32 precision, still f32: what a tf32 tensor-core instruction
     reads of an f32 operand. :func:`round_tf32` is the reference (``cvt.rna.tf32.f32``).
@@ -271,7 +266,6 @@ class RoundTf32(OpSpec):
         return [round_tf32(args[0])[()]]
 
 
-@register
 class CheckIndex(OpSpec):
     """A run-time index check: ``index`` (an integer) must be in ``[-size, size)``; the result
     is the index made non-negative (``+ size`` when negative, as ONNX's Gather). ``check`` is a
@@ -307,3 +301,8 @@ class CheckIndex(OpSpec):
             raise IndexOutOfRangeError(f"{op.attributes['check']}: index {v} out of range "
                                        f"[{-n}, {n})")
         return [_cast(np.where(i < 0, i + n, i), op.results[0].type)]
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (Constant, Add, Sub, Mul, Div, Max, Min, Pow, And, Or, Xor, BitAnd, BitOr, BitXor, Shl, Shr,
+       Rem, Neg, Not, Cmp, Select, Cast, RoundTf32, CheckIndex)

@@ -1,4 +1,5 @@
-"""The structural ops every stage shares: ``builtin.module``, ``func.func``, ``func.return``.
+"""The structural ops every stage shares: ``func.func`` and ``func.return`` (``builtin.module``,
+the container, is declared in ptxc/dialects/builtin.py).
 
 A module holds functions; the function ``main`` is the model. Its attributes ``arg_names`` and
 ``result_names`` keep the binding names (ONNX input and output names) exactly, whatever the
@@ -17,25 +18,10 @@ printer does with SSA names:
 from __future__ import annotations
 
 from ..ir.core import Block, Operation, Region
-from ..ir.spec import Attr, Operand, OpSpec, fail, register
+from ..ir.spec import Attr, Operand, OpSpec, fail
 from ..ir.types import FunctionType
 
 
-@register
-class ModuleOp(OpSpec):
-    """The top-level container: one region with one block of functions."""
-
-    name = "builtin.module"
-    results = ()
-    regions = 1
-    traits = {"isolated"}
-
-    def verify(self, op):
-        if len(op.regions[0].blocks) != 1 or op.regions[0].blocks[0].args:
-            fail(op, "must hold exactly one block without arguments")
-
-
-@register
 class FuncOp(OpSpec):
     """A function; its body's block arguments are the inputs, ``func.return`` gives the results."""
 
@@ -74,7 +60,6 @@ class FuncOp(OpSpec):
         return interp.run_block(op.regions[0].blocks[0], args)
 
 
-@register
 class ReturnOp(OpSpec):
     """Ends a function, returning its operands."""
 
@@ -85,6 +70,10 @@ class ReturnOp(OpSpec):
 
     def reference(self, op, args, interp):
         return []
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (FuncOp, ReturnOp)
 
 
 # ---- helpers to make and read modules --------------------------------------------------------

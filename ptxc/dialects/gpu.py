@@ -43,7 +43,7 @@ import numpy as np
 from ..errors import CompileError
 from ..ir.builder import Builder
 from ..ir.core import Block, Operation, Region
-from ..ir.spec import Attr, OpSpec, fail, register
+from ..ir.spec import Attr, OpSpec, fail
 from ..ir.types import INDEX, BufferType
 from .loop import _check_body, allocate
 
@@ -108,7 +108,6 @@ def _state(op: Operation, interp) -> _LaunchState:
     return s
 
 
-@register
 class Launch(OpSpec):
     """A kernel: its body runs once per thread of ``grid`` blocks of ``block`` threads.
     ``schedule`` names the map-to-gpu schedule that built it and ``tile`` (optional) its
@@ -179,7 +178,6 @@ class _Id(OpSpec):
             fail(op, "must be inside a gpu.launch")
 
 
-@register
 class BlockId(_Id):
     """The block's index along grid dimension ``dim`` (``blockIdx.x/y/z``)."""
 
@@ -189,7 +187,6 @@ class BlockId(_Id):
         return [_state(op, interp).block_ids[op.attributes["dim"]]]
 
 
-@register
 class ThreadId(_Id):
     """The thread's index in its block along ``dim`` (``threadIdx.x/y/z``)."""
 
@@ -199,7 +196,6 @@ class ThreadId(_Id):
         return [_state(op, interp).thread_ids[op.attributes["dim"]]]
 
 
-@register
 class GridWait(OpSpec):
     """Programmatic dependent launch's wait (``griddepcontrol.wait``): the grids launched before
     this one have completed and their memory is visible after it. In a ``pdl`` launch whose
@@ -224,7 +220,6 @@ class GridWait(OpSpec):
         return []
 
 
-@register
 class Barrier(OpSpec):
     """``__syncthreads()``: every thread of the block waits here until all have arrived; memory
     written before it (shared or global) is visible to the block after it. Block-uniform control
@@ -254,7 +249,6 @@ class Barrier(OpSpec):
         return []
 
 
-@register
 class WarpBarrier(Barrier):
     """``__syncwarp()`` (``bar.warp.sync 0xffffffff``): the 32 lanes of each warp wait here
     until all have arrived; memory a lane wrote before it (shared or global) is visible to the
@@ -273,7 +267,6 @@ class WarpBarrier(Barrier):
             fail(op, f"the launch's blocks of {list(block)} threads are not whole warps")
 
 
-@register
 class Shared(OpSpec):
     """Per-block scratch memory of the result type (default layout), undefined at the start of
     the launch; one copy per block, shared by its threads. ``align`` (bytes, a power of two of
@@ -307,6 +300,10 @@ class Shared(OpSpec):
         view = storage[0]
         interp.gpu_shared[id(view)] = (view, storage)
         return [view]
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (Launch, BlockId, ThreadId, GridWait, Barrier, WarpBarrier, Shared)
 
 
 def shared_bytes(launch: Operation) -> int:

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import CompileError
 from ..ir.core import Operation, OpResult
-from ..ir.spec import Attr, Operand, OpSpec, Result, fail, register
+from ..ir.spec import Attr, Operand, OpSpec, Result, fail
 from ..ir.types import F16, F32, I1, I8, I32, INDEX, BufferType, ScalarType
 from .gpu import _state, enclosing_launch
 from .loop import _check_bounds, per_block
@@ -129,7 +129,6 @@ def _in_launch(op: Operation) -> None:
 
 # ---- ops ----------------------------------------------------------------------------------------
 
-@register
 class Mma(OpSpec):
     """``D = A x B + C`` on one warp's fragments (PTX ``mma.sync.aligned.<shape>.row.col``).
     ``shape``: ``m16n8k16`` (f16 operands, f32 accumulators), ``m16n8k8`` (tf32 operands held in
@@ -194,7 +193,6 @@ def _ldmatrix_per(el: ScalarType) -> int:
     return 4 // (el.bitwidth // 8)
 
 
-@register
 class LdMatrix(OpSpec):
     """PTX ``ldmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16``: the warp loads ``num`` 8x8
     matrices of 16-bit elements (rows of 16 bytes) from a ``gpu.shared`` buffer. Lane ``l``
@@ -264,7 +262,6 @@ class LdMatrix(OpSpec):
         return out
 
 
-@register
 class CpAsync(OpSpec):
     """PTX ``cp.async``: copy ``bytes`` (4, 8 or 16) of consecutive elements along the last
     dim from a global buffer at ``src_indices`` to a ``gpu.shared`` buffer at ``dst_indices``;
@@ -401,7 +398,6 @@ class _Group(InLaunchMarker):
         return []
 
 
-@register
 class CpAsyncCommit(_Group):
     """PTX ``cp.async.commit_group``: the thread's cp.asyncs issued since the last commit form
     one group."""
@@ -415,7 +411,6 @@ class CpAsyncCommit(_Group):
         return []
 
 
-@register
 class CpAsyncWait(_Group):
     """PTX ``cp.async.wait_group pending``: wait until at most ``pending`` of the thread's
     committed groups are still in flight (0: all done)."""
@@ -434,3 +429,6 @@ class CpAsyncWait(_Group):
             _complete(groups.pop(0))
         return []
 
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (Mma, LdMatrix, CpAsync, CpAsyncCommit, CpAsyncWait)

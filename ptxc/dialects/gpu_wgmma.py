@@ -51,7 +51,7 @@ import numpy as np
 
 from ..errors import CompileError
 from ..ir.core import Operation, OpResult
-from ..ir.spec import Attr, Operand, OpSpec, Result, fail, register
+from ..ir.spec import Attr, Operand, OpSpec, Result, fail
 from ..ir.types import F16, F32, I8, I32, INDEX, BufferType
 from .gpu import _state
 from .gpu_tensorcore import InLaunchMarker, _in_launch, async_reads, flat_indices
@@ -147,7 +147,6 @@ def _uniform(op, x, full, groups, what):
 
 # ---- ops ----------------------------------------------------------------------------------------
 
-@register
 class Wgmma(OpSpec):
     """``D = A x B^T + C`` on one warpgroup (PTX ``wgmma.mma_async.sync.aligned.m64nNk16.f32
     .f16.f16`` with both operands' descriptors, K-major, 128-byte swizzle; module docstring).
@@ -280,7 +279,6 @@ def _storage(op, interp, view):
     return storage
 
 
-@register
 class WgmmaFence(InLaunchMarker):
     """PTX ``wgmma.fence.sync.aligned``: orders the warpgroup's register and shared-memory
     accesses before the ``gpu.wgmma`` that follow (needed before the first, and after the
@@ -294,7 +292,6 @@ class WgmmaFence(InLaunchMarker):
         return []
 
 
-@register
 class WgmmaCommit(InLaunchMarker):
     """PTX ``wgmma.commit_group.sync.aligned``: the ``gpu.wgmma`` issued since the last commit
     form one group."""
@@ -311,7 +308,6 @@ class WgmmaCommit(InLaunchMarker):
         return []
 
 
-@register
 class WgmmaWait(OpSpec):
     """PTX ``wgmma.wait_group.sync.aligned pending``: wait until at most ``pending`` committed
     groups are in flight. It takes the accumulators the waited wgmmas write and returns them:
@@ -358,3 +354,7 @@ class WgmmaWait(OpSpec):
                 raise CompileError(f"{op.where}: an accumulator is {worst}, over the wait's "
                                    f"bound {bound}")
         return list(args)
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (Wgmma, WgmmaFence, WgmmaCommit, WgmmaWait)

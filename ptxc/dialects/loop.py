@@ -68,7 +68,7 @@ import numpy as np
 from ..errors import BindingError, CompileError
 from ..ir.builder import Builder
 from ..ir.core import Block, Operation, Region
-from ..ir.spec import Attr, Operand, OpSpec, Result, fail, register
+from ..ir.spec import Attr, Operand, OpSpec, Result, fail
 from ..ir.types import I1, INDEX, BufferType, ScalarType
 
 #: function attribute: the names of the arguments that are output bindings, in result order
@@ -172,7 +172,6 @@ def _top_level_only(op: Operation) -> None:
         fail(op, f"must be at the top level of a function, not inside {parent.name}")
 
 
-@register
 class Alloc(OpSpec):
     """A new buffer of the result type (its contents are undefined until written)."""
 
@@ -189,7 +188,6 @@ class Alloc(OpSpec):
         return [allocate(op.results[0].type)]
 
 
-@register
 class Global(OpSpec):
     """A constant buffer: ``name`` is its weight binding, ``value`` its contents. Read-only."""
 
@@ -212,7 +210,6 @@ class Global(OpSpec):
         return [op.attributes["value"].array]  # read-only: a store into it fails
 
 
-@register
 class View(OpSpec):
     """An alias of ``source``'s memory with layout ``shape``/``strides``/``offset`` (elements,
     counted from the base pointer under ``source``)."""
@@ -274,7 +271,6 @@ def _check_body(op: Operation, arg_types: list, yields: list) -> Block:
     return block
 
 
-@register
 class For(OpSpec):
     """A sequential loop ``for iv in range(lower, upper, step)``; may carry values: the operands
     are their initial values, the body gets ``(iv, carried...)`` and yields the next ones, the
@@ -315,7 +311,6 @@ class For(OpSpec):
         return carried
 
 
-@register
 class Parallel(OpSpec):
     """A loop nest whose iterations are independent: one ``index`` block argument per dimension,
     ``lower``/``upper``/``step`` one entry per dimension (no dimensions: the body runs once)."""
@@ -360,7 +355,6 @@ class Parallel(OpSpec):
         return []
 
 
-@register
 class Yield(OpSpec):
     """Ends a loop body; in a ``loop.for`` with carried values, gives their next values."""
 
@@ -376,7 +370,6 @@ class Yield(OpSpec):
         return []
 
 
-@register
 class If(OpSpec):
     """Run the body where ``cond`` holds (a bounds guard, "thread 0 only"). No results: a value
     computed under the condition leaves the body only through a store. The reference runs the
@@ -453,7 +446,6 @@ def _check_bounds(op: Operation, t: BufferType, idx: list) -> None:
                                f"bounds for {t}")
 
 
-@register
 class Load(OpSpec):
     """One element of ``buffer`` at ``indices``. An integer load may carry ``bound``: a fact
     its maker proved, ``|value| <= bound`` (the mma schedule's accumulator sums,
@@ -494,7 +486,6 @@ class Load(OpSpec):
         return [out]
 
 
-@register
 class Store(OpSpec):
     """Write ``value`` into ``buffer`` at ``indices``."""
 
@@ -536,7 +527,6 @@ class Store(OpSpec):
         return []
 
 
-@register
 class Copy(OpSpec):
     """Copy every element of ``source`` into ``dest`` (same shape and element type; the two must
     not overlap unless they are the same memory)."""
@@ -562,6 +552,10 @@ class Copy(OpSpec):
             raise CompileError(f"{op.where}: copies into a read-only buffer (a loop.global)")
         dst[...] = src
         return []
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (Alloc, Global, View, For, Parallel, Yield, If, Load, Store, Copy)
 
 
 # ---- building loops ------------------------------------------------------------------------

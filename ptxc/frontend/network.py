@@ -28,13 +28,14 @@ from ..ir.builder import Builder
 from ..ir.core import Operation, Value
 from ..ir.types import FunctionType, TensorType, scalar_from_numpy
 from ..ir.verifier import verify
-from .convert.context import ConvertContext, converters
-from .onnx_import import _ONNX_TYPES, eliminate_dead_ops
+from .convert.context import ONNX_TYPES, ConvertContext
+from .convert.table import converters
+from .onnx_import import eliminate_dead_ops
 
 #: the ONNX opset a Network's layers follow
 OPSET = 21
 
-_NP_TO_ONNX = {v: k for k, v in _ONNX_TYPES.items()}
+_NP_TO_ONNX = {v: k for k, v in ONNX_TYPES.items()}
 
 
 class Tensor:
@@ -70,7 +71,8 @@ class Network:
         self._func = new_func(self._module, "main", [], [])
         self._body = func_body(self._func)
         self._values: dict[str, Value] = {}
-        self._ctx = ConvertContext(Builder.at_end(self._body), OPSET, self._values, {}, name)
+        self._ctx = ConvertContext(Builder.at_end(self._body), OPSET, self._values, {}, name,
+                                   converters=converters())
         self._inputs: list[onnx.ValueInfoProto] = []
         self._nodes: list[onnx.NodeProto] = []
         self._initializers: list[onnx.TensorProto] = []
@@ -133,7 +135,7 @@ class Network:
     def add_layer(self, op_type: str, inputs, num_outputs: int = 1, name: str | None = None,
                   **attributes) -> list[Tensor]:
         """Add one layer of any supported ONNX op type; ``None`` skips an optional input."""
-        table = converters()
+        table = self._ctx.converters
         if op_type not in table:
             raise ModelError(f"{self.name}: op type {op_type!r} is not supported")
         ins = [self._tensor(t) if t is not None else None for t in inputs]

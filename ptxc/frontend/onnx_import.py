@@ -31,30 +31,12 @@ from ..errors import ModelError, UnsupportedOpError
 from ..ir.builder import Builder
 from ..ir.core import Operation
 from ..ir.spec import lookup
-from ..ir.types import ScalarType, TensorType
+from ..ir.types import TensorType
 from ..ir.verifier import verify
-from .convert.context import ConvertContext, MissingOutput, converters
+from .convert.context import ONNX_TYPES, ConvertContext, MissingOutput, scalar_type_of
+from .convert.table import converters
 
 MIN_NATIVE_OPSET = 7
-
-_ONNX_TYPES = {
-    onnx.TensorProto.FLOAT: "f32", onnx.TensorProto.DOUBLE: "f64",
-    onnx.TensorProto.FLOAT16: "f16", onnx.TensorProto.BFLOAT16: "bf16",
-    onnx.TensorProto.INT64: "i64", onnx.TensorProto.INT32: "i32",
-    onnx.TensorProto.INT16: "i16", onnx.TensorProto.INT8: "i8",
-    onnx.TensorProto.UINT64: "ui64", onnx.TensorProto.UINT32: "ui32",
-    onnx.TensorProto.UINT16: "ui16", onnx.TensorProto.UINT8: "ui8",
-    onnx.TensorProto.BOOL: "i1",
-}
-
-
-def scalar_type_of(elem_type: int, where: str) -> ScalarType:
-    try:
-        return ScalarType(_ONNX_TYPES[elem_type])
-    except KeyError:
-        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in \
-            onnx.TensorProto.DataType.values() else str(elem_type)
-        raise ModelError(f"{where}: element type {name} is not supported") from None
 
 
 def supported_ops() -> tuple[str, ...]:
@@ -258,7 +240,8 @@ def import_onnx(model, input_shapes: dict | None = None, constant_inputs: dict |
     body = func.regions[0].blocks[0]
     values = {vi.name: a for vi, a in zip(runtime_inputs, body.args)}
     known: dict = {}
-    ctx = ConvertContext(Builder.at_end(body), _default_opset(proto), values, known, source)
+    ctx = ConvertContext(Builder.at_end(body), _default_opset(proto), values, known, source,
+                         converters=converters())
     ctx.declared = {vi.name: vi.type.tensor_type.elem_type for vi in list(g.value_info)
                     + list(g.output) if vi.type.HasField("tensor_type")}
 
@@ -303,7 +286,7 @@ def _check_declared(vi: onnx.ValueInfoProto, t: TensorType, source: str) -> None
     if not vi.type.HasField("tensor_type"):
         return
     tt = vi.type.tensor_type
-    if tt.elem_type and _ONNX_TYPES.get(tt.elem_type) != t.element.name:
+    if tt.elem_type and ONNX_TYPES.get(tt.elem_type) != t.element.name:
         raise ModelError(f"{source}: output {vi.name!r} is declared "
                          f"{onnx.TensorProto.DataType.Name(tt.elem_type)}, computed {t}")
     if tt.HasField("shape"):

@@ -97,19 +97,11 @@ def check_inputs(names: list[str], types: list, inputs: dict, where: str = "mode
 
 
 def interpret(module: Operation, inputs: dict, func: str = "main") -> dict:
-    """Run ``func`` of ``module`` on ``inputs`` (name -> array) with the reference semantics.
-    A loop-level function (one with ``loop.outputs``) runs through ``ptxc.dialects.loop.run_main``:
-    ``inputs`` name its input arguments, the outputs come back by their argument names."""
-    from ..dialects.func import arg_names, func_body, get_func, result_names
-    try:
-        f = get_func(module, func)
-    except KeyError:
-        raise BindingError(f"module has no function {func!r}") from None
-    if "loop.outputs" in f.attributes:  # loop level: outputs are arguments the function writes
-        from ..dialects.loop import run_main
-        return run_main(module, inputs, func)
-    body = func_body(f)
-    names = arg_names(f)
-    args = check_inputs(names, [a.type for a in body.args], inputs)
-    outs = Interpreter().run_func(f, args)
-    return {n: np.asarray(x) for n, x in zip(result_names(f), outs)}
+    """Run ``func`` of ``module`` on ``inputs`` (name -> array) with the reference semantics;
+    returns the outputs by name. The module op's spec binds the names (``OpSpec.run``;
+    ``builtin.module``'s, in ptxc/dialects/builtin.py, knows the value-level and the loop-level
+    calling conventions), so the IR core names no dialect."""
+    spec = lookup(module.name)
+    if spec is None:
+        raise CompileError(f"{module.where}: unknown op, cannot interpret")
+    return spec.run(module, inputs, func)

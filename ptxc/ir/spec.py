@@ -1,8 +1,7 @@
-"""Declarative op specs.
+"""Declarative op specs, and the registry that finds them by name.
 
-An op is declared once, as a subclass of :class:`OpSpec` registered with :func:`register`::
+An op is declared once, as a subclass of :class:`OpSpec`::
 
-    @register
     class Conv(OpSpec):
         '''2-D/N-D convolution with ONNX semantics.'''
         name = "graph.conv"
@@ -22,15 +21,23 @@ and ``reference``.
 Operands are single, optional or variadic. When an op has more than one optional or variadic group,
 its operation carries the attribute ``operand_segments`` (one count per group), as MLIR's
 ``operandSegmentSizes``; :func:`make_op` fills it in.
+
+The registry is a table, not an import side effect. ``ptxc.ir`` is the lowest layer and imports
+nothing from ``ptxc.dialects``, not even inside a function; declaring an op class registers
+nothing. Each dialect module lists its declarations in a tuple ``OPS``, and
+:func:`ptxc.dialects.all_ops` gathers them (as xDSL's ``get_all_dialects``). The root package
+(``ptxc/__init__.py``) hands that function to :func:`install_op_table`, and the first
+:func:`lookup` calls it and fills the registry, so every import arrow points from the dialects
+down to the IR core. :func:`register` adds one declaration at run time (tests).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar, Iterable
 
 import attrs
 
-from ..errors import VerifyError
+from ..errors import BindingError, CompileError, VerifyError
 from .attributes import normalize
 from .core import Operation, Value
 
@@ -84,12 +91,17 @@ class OpSpec:
     regions: ClassVar[int] = 0
     traits: ClassVar[frozenset] = frozenset()
 
-    # normalized forms, filled by register()
+    # normalized forms, filled when a subclass with a name is declared (__init_subclass__)
     operand_defs: ClassVar[tuple[Operand, ...]] = ()
     result_defs: ClassVar[tuple[Result, ...]] = ()
     #: (needs segments, single operands, optional operands, any variadic operand group,
     #: non-variadic results, any variadic result group), for the verifier's hot path
     arity: ClassVar[tuple] = (False, 0, 0, False, 1, False)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.name:
+            _normalize(cls)
 
     # ---- what an op may override ---------------------------------------------------------
     def infer_types(self, op: Operation) -> list | None:
@@ -102,6 +114,13 @@ class OpSpec:
     def reference(self, op: Operation, args: list, interp) -> list:
         """Numpy semantics: ``args`` holds one array per operand; returns one array per result."""
         raise VerifyError(f"{op.where}: has no reference semantics")
+
+    def run(self, op: Operation, inputs: dict, func: str) -> dict:
+        """Run the function ``func`` that ``op`` holds on ``inputs`` (name -> array); returns
+        its outputs by name. Container ops that bind names (``builtin.module``) override it:
+        :func:`ptxc.ir.interpreter.interpret` calls it, so the IR core knows no calling
+        convention."""
+        raise BindingError(f"{op.where}: holds no function to run")
 
     # ---- helpers shared by all ops -------------------------------------------------------
     @classmethod
@@ -137,15 +156,10 @@ class OpSpec:
         return out
 
 
-_REGISTRY: dict[str, OpSpec] = {}
-
-
-def register(cls: type[OpSpec]) -> type[OpSpec]:
-    """Register an op declaration under its ``name`` (``dialect.op``)."""
-    if not cls.name or "." not in cls.name:
+def _normalize(cls: type[OpSpec]) -> None:
+    """Check a declaration and fill its normalized forms (operand and result defs, arity)."""
+    if "." not in cls.name:
         raise ValueError(f"{cls.__name__}: name must be 'dialect.op', got {cls.name!r}")
-    if cls.name in _REGISTRY:
-        raise ValueError(f"op {cls.name} registered twice")
     cls.operand_defs = tuple(d if isinstance(d, Operand) else Operand(d) for d in cls.operands)
     cls.result_defs = tuple(d if isinstance(d, Result) else Result(d) for d in cls.results)
     if sum(d.variadic for d in cls.result_defs) > 1:
@@ -162,19 +176,75 @@ def register(cls: type[OpSpec]) -> type[OpSpec]:
         if a.kind not in ("int", "float", "bool", "str", "ints", "floats", "strs", "type",
                           "dense", "any"):
             raise ValueError(f"{cls.name}: attribute {k} has unknown kind {a.kind!r}")
-    _REGISTRY[cls.name] = cls()
+
+
+# ---- the registry ---------------------------------------------------------------------------
+
+#: op name -> its spec (one instance per declaration), filled from the table on first lookup
+_SPECS: dict[str, OpSpec] = {}
+#: the installed table: a function returning every op declaration (ptxc.dialects.all_ops)
+_table: Callable[[], Iterable[type[OpSpec]]] | None = None
+_state = "empty"  # -> "loading" -> "loaded"
+
+
+def install_op_table(table: Callable[[], Iterable[type[OpSpec]]]) -> None:
+    """Give the registry its table; it is called on the first :func:`lookup`."""
+    global _table
+    if _table is not None and _table is not table:
+        raise ValueError(f"an op table is installed already ({_table.__module__}."
+                         f"{_table.__qualname__})")
+    _table = table
+
+
+def _load() -> None:
+    global _state
+    if _state == "loading":
+        raise CompileError("op lookup while the op table loads: a dialect module looks an op "
+                           "up when it is imported; take the declaration class instead")
+    if _table is None:
+        raise CompileError("no op table is installed: ptxc/__init__.py installs "
+                           "ptxc.dialects.all_ops with ptxc.ir.spec.install_op_table")
+    _state = "loading"
+    try:
+        for cls in _table():
+            _add(cls)
+    except BaseException:
+        _SPECS.clear()
+        _state = "empty"
+        raise
+    _state = "loaded"
+
+
+def _add(cls: type[OpSpec]) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, OpSpec)) or not cls.name:
+        raise ValueError(f"{cls!r}: not an op declaration (an OpSpec subclass with a name)")
+    if cls.name in _SPECS:
+        raise ValueError(f"op {cls.name} registered twice ({type(_SPECS[cls.name]).__module__}"
+                         f" and {cls.__module__})")
+    _SPECS[cls.name] = cls()
+
+
+def register(cls: type[OpSpec]) -> type[OpSpec]:
+    """Add one op declaration to the registry at run time (tests); the dialects' ops come from
+    the installed table."""
+    if _state != "loaded":
+        _load()
+    _add(cls)
     return cls
 
 
 def lookup(name: str) -> OpSpec | None:
-    if not _REGISTRY:
-        import ptxc.dialects  # noqa: F401  (registers every dialect)
-    return _REGISTRY.get(name)
+    """The spec of the op called ``name``, or None when no op has that name."""
+    spec = _SPECS.get(name)
+    if spec is None and _state != "loaded":
+        _load()
+        spec = _SPECS.get(name)
+    return spec
 
 
 def registered_ops(dialect: str | None = None) -> list[str]:
     lookup("")
-    return sorted(n for n in _REGISTRY if dialect is None or n.split(".")[0] == dialect)
+    return sorted(n for n in _SPECS if dialect is None or n.split(".")[0] == dialect)
 
 
 def fail(op: Operation, message: str) -> None:

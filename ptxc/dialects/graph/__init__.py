@@ -21,5 +21,11 @@ from . import common, constant  # noqa: F401
 from . import elementwise, activation, nn, linalg, shape, reduce, region  # noqa: F401
 from . import pool, norm, resize, scalar_forms, logic, trig, positional, gather_scatter, topk, einsum  # noqa: F401
 from . import sample, attention  # noqa: F401
-from . import fused  # noqa: F401  (after the base ops it wraps)
+from . import fused  # noqa: F401
 from . import quant  # noqa: F401
+
+#: the graph dialect's op declarations, module by module (ptxc.dialects.all_ops lists them)
+OPS = (*constant.OPS, *elementwise.OPS, *activation.OPS, *nn.OPS, *linalg.OPS, *shape.OPS,
+       *reduce.OPS, *region.OPS, *pool.OPS, *norm.OPS, *resize.OPS, *logic.OPS, *trig.OPS,
+       *positional.OPS, *gather_scatter.OPS, *topk.OPS, *einsum.OPS, *sample.OPS,
+       *attention.OPS, *fused.OPS, *quant.OPS)

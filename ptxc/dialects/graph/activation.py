@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.spec import Attr, Operand, OpSpec, fail, register
+from ...ir.spec import Attr, Operand, OpSpec, fail
 from ...ir.types import I1
 from .common import Unary, broadcast_shapes, ttype
 from .elementwise import erf
@@ -29,7 +29,6 @@ def _c(value, like: np.ndarray):
     return like.dtype.type(value)
 
 
-@register
 class LeakyRelu(Unary):
     """``X < 0 ? alpha * X : X``."""
 
@@ -41,7 +40,6 @@ class LeakyRelu(Unary):
         return np.where(x < 0, x * _c(op.attr("alpha"), x), x)
 
 
-@register
 class PRelu(OpSpec):
     """``X < 0 ? slope * X : X``; ``slope`` broadcasts unidirectionally to ``X``'s shape."""
 
@@ -69,7 +67,6 @@ class PRelu(OpSpec):
         return [y.astype(x.dtype, copy=False)]
 
 
-@register
 class Sigmoid(Unary):
     """``1 / (1 + exp(-X))`` (evaluated without overflow for large |X|)."""
 
@@ -82,7 +79,6 @@ class Sigmoid(Unary):
         return np.where(x >= 0, one / (one + e), e / (one + e))
 
 
-@register
 class Tanh(Unary):
     """Hyperbolic tangent."""
 
@@ -92,7 +88,6 @@ class Tanh(Unary):
         return np.tanh(_wide(x))
 
 
-@register
 class Clip(OpSpec):
     """``min(max(input, min), max)``; ``min`` and ``max`` are optional scalar (one-element)
     operands of ``input``'s type, absent meaning unbounded. When min > max every element becomes
@@ -130,7 +125,6 @@ class Clip(OpSpec):
         return [np.asarray(y).astype(g["input"].dtype, copy=True)]
 
 
-@register
 class Elu(Unary):
     """``X < 0 ? alpha * (exp(X) - 1) : X``."""
 
@@ -142,7 +136,6 @@ class Elu(Unary):
         return np.where(x < 0, _c(op.attr("alpha"), x) * np.expm1(np.minimum(x, 0)), x)
 
 
-@register
 class Selu(Unary):
     """``gamma * (X <= 0 ? alpha * (exp(X) - 1) : X)``."""
 
@@ -156,7 +149,6 @@ class Selu(Unary):
         return np.where(x <= 0, g * (a * np.expm1(np.minimum(x, 0))), g * x)
 
 
-@register
 class HardSigmoid(Unary):
     """``max(0, min(1, alpha * X + beta))``."""
 
@@ -169,7 +161,6 @@ class HardSigmoid(Unary):
         return np.clip(y, _c(0.0, x), _c(1.0, x))
 
 
-@register
 class HardSwish(Unary):
     """``X * max(0, min(1, X / 6 + 1/2))``."""
 
@@ -180,7 +171,6 @@ class HardSwish(Unary):
         return x * np.clip(x * _c(1 / 6, x) + _c(0.5, x), _c(0.0, x), _c(1.0, x))
 
 
-@register
 class Softplus(Unary):
     """``log(1 + exp(X))`` (evaluated without overflow)."""
 
@@ -190,7 +180,6 @@ class Softplus(Unary):
         return np.logaddexp(_c(0.0, _wide(x)), _wide(x))
 
 
-@register
 class Gelu(Unary):
     """``X * Phi(X)``: ``0.5 X (1 + erf(X / sqrt 2))``, or with ``approximate = "tanh"``
     ``0.5 X (1 + tanh(sqrt(2 / pi) (X + 0.044715 X^3)))``."""
@@ -210,3 +199,7 @@ class Gelu(Unary):
             k = _c(np.sqrt(2.0 / np.pi), x)
             return half * x * (one + np.tanh(k * (x + _c(0.044715, x) * x * x * x)))
         return half * x * (one + erf(x * _c(1 / np.sqrt(2.0), x)).astype(x.dtype))
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (LeakyRelu, PRelu, Sigmoid, Tanh, Clip, Elu, Selu, HardSigmoid, HardSwish, Softplus, Gelu)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.spec import Attr, Operand, OpSpec, fail, register
+from ...ir.spec import Attr, Operand, OpSpec, fail
 from ...ir.types import F64
 from .common import broadcast_shapes, ttype
 
@@ -51,7 +51,6 @@ def attention(q, kt, v, mask, scale: float, masked_rows_zero: int):
         return np.matmul(p, v.astype(ct)).astype(v.dtype)
 
 
-@register
 class Attention(OpSpec):
     """``softmax(scale * Q @ Kt + mask) @ V`` with an f32 softmax (module docstring)."""
 
@@ -88,3 +87,7 @@ class Attention(OpSpec):
         mask = args[3] if len(args) > 3 else None
         return [attention(args[0], args[1], args[2], mask, op.attr("scale"),
                           op.attr("masked_rows_zero"))]
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (Attention,)

@@ -6,10 +6,9 @@
 from __future__ import annotations
 
 from ...ir.attributes import DenseElements
-from ...ir.spec import Attr, OpSpec, fail, register
+from ...ir.spec import Attr, OpSpec, fail
 
 
-@register
 class Constant(OpSpec):
     """A compile-time constant tensor (ONNX initializers and Constant nodes)."""
 
@@ -27,3 +26,7 @@ class Constant(OpSpec):
 
     def reference(self, op, args, interp):
         return [op.attributes["value"].array]
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (Constant,)

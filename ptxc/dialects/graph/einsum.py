@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.spec import Attr, Operand, OpSpec, fail, register
+from ...ir.spec import Attr, Operand, OpSpec, fail
 from ...ir.types import I1, TensorType
 from .common import same_elements, ttype
 
@@ -31,7 +31,6 @@ def parse(op, equation: str, ranks):
     return ins, out
 
 
-@register
 class Einsum(OpSpec):
     """Sum over the letters missing from the output of the product of the operands."""
 
@@ -63,3 +62,7 @@ class Einsum(OpSpec):
         ct = np.float32 if dt == np.float16 else dt
         y = np.einsum(op.attr("equation"), *[a.astype(ct, copy=False) for a in args])
         return [np.asarray(y).astype(dt).reshape(op.results[0].type.shape)]
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (Einsum,)

@@ -13,16 +13,14 @@ separate type constraints T and T1); its result has the base's type.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ...ir.spec import Attr, Operand, OpSpec, fail, register
+from ...ir.spec import Attr, Operand, OpSpec, fail
 from ...ir.types import I1, ScalarType, TensorType
+from ..math import erf
 from .common import Binary, Unary, broadcast_shapes, same_elements, ttype
 
 
-@register
 class Relu(Unary):
     """``max(X, 0)``."""
 
@@ -33,7 +31,6 @@ class Relu(Unary):
         return np.maximum(x, 0)
 
 
-@register
 class Add(Binary):
     """``A + B``."""
 
@@ -55,7 +52,6 @@ class Arith(Binary):
             fail(op, f"needs numeric operands, got {ttype(op, 0)}")
 
 
-@register
 class Sub(Arith):
     """``A - B`` (integers wrap around)."""
 
@@ -65,7 +61,6 @@ class Sub(Arith):
         return a - b
 
 
-@register
 class Mul(Arith):
     """``A * B`` (integers wrap around)."""
 
@@ -86,7 +81,6 @@ def trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return q
 
 
-@register
 class Div(Arith):
     """``A / B``; integer division truncates toward zero (ONNX/C), not toward -inf."""
 
@@ -98,7 +92,6 @@ class Div(Arith):
         return a / b
 
 
-@register
 class Pow(OpSpec):
     """``A ** B`` with broadcasting. As ONNX ``Pow`` (T, T1), the exponent may have another
     numeric element type than the base; the result has the base's type. Mixed types compute in
@@ -181,7 +174,6 @@ class Variadic(OpSpec):
         return [np.broadcast_to(np.asarray(y).astype(dtype, copy=False), shape).copy()]
 
 
-@register
 class Max(Variadic):
     """Elementwise maximum of all operands (NaN propagates)."""
 
@@ -194,7 +186,6 @@ class Max(Variadic):
         return y
 
 
-@register
 class Min(Variadic):
     """Elementwise minimum of all operands (NaN propagates)."""
 
@@ -207,7 +198,6 @@ class Min(Variadic):
         return y
 
 
-@register
 class Sum(Variadic):
     """Elementwise sum of all operands."""
 
@@ -220,7 +210,6 @@ class Sum(Variadic):
         return y
 
 
-@register
 class Mean(Variadic):
     """Elementwise mean of all operands (float types)."""
 
@@ -236,7 +225,6 @@ class Mean(Variadic):
 
 # ---- comparisons and logic -----------------------------------------------------------------
 
-@register
 class Equal(Binary):
     """``A == B`` as i1."""
 
@@ -248,7 +236,6 @@ class Equal(Binary):
         return a == b
 
 
-@register
 class Less(Binary):
     """``A < B`` as i1."""
 
@@ -259,7 +246,6 @@ class Less(Binary):
         return a < b
 
 
-@register
 class Greater(Binary):
     """``A > B`` as i1."""
 
@@ -270,7 +256,6 @@ class Greater(Binary):
         return a > b
 
 
-@register
 class Where(OpSpec):
     """``condition ? X : Y``, the three operands broadcast together; ``condition`` is i1."""
 
@@ -293,7 +278,6 @@ class Where(OpSpec):
         return [np.where(c, x, y).astype(x.dtype, copy=False)]
 
 
-@register
 class Not(Unary):
     """Logical negation of an i1 tensor."""
 
@@ -327,7 +311,6 @@ class Signed(Unary):
             fail(op, f"needs a float or signed integer tensor, got {ttype(op)}")
 
 
-@register
 class Neg(Signed):
     """``-X`` (integers wrap around)."""
 
@@ -337,7 +320,6 @@ class Neg(Signed):
         return np.negative(x)
 
 
-@register
 class Abs(Signed):
     """``|X|``."""
 
@@ -348,7 +330,6 @@ class Abs(Signed):
         return np.abs(x)
 
 
-@register
 class Sqrt(Unary):
     """``sqrt(X)`` (NaN for negative X)."""
 
@@ -358,7 +339,6 @@ class Sqrt(Unary):
         return np.sqrt(x)
 
 
-@register
 class Exp(Unary):
     """``e ** X``."""
 
@@ -368,7 +348,6 @@ class Exp(Unary):
         return np.exp(_f32(x))
 
 
-@register
 class Log(Unary):
     """Natural logarithm (-inf at 0, NaN below)."""
 
@@ -378,7 +357,6 @@ class Log(Unary):
         return np.log(_f32(x))
 
 
-@register
 class Reciprocal(Unary):
     """``1 / X``."""
 
@@ -388,7 +366,6 @@ class Reciprocal(Unary):
         return np.reciprocal(x)
 
 
-@register
 class Floor(Unary):
     """Round toward -inf."""
 
@@ -398,7 +375,6 @@ class Floor(Unary):
         return np.floor(x)
 
 
-@register
 class Ceil(Unary):
     """Round toward +inf."""
 
@@ -408,59 +384,6 @@ class Ceil(Unary):
         return np.ceil(x)
 
 
-# erf, vectorized: Chebyshev interpolants of smooth functions built once from math.erf/erfc at
-# their nodes (a few dozen scalar calls at import), evaluated by Clenshaw's recurrence:
-#   0 <= x < 1    erf(x) = x * p0(x*x)                 p0 ~ erf(sqrt t)/sqrt t on t in [0, 1]
-#   1 <= x < 2.5  erf(x) = 1 - exp(-x*x) * p1(x)       p1 ~ erfc(x) exp(x*x)
-#   2.5 <= x < 6  erf(x) = 1 - exp(-x*x) * p2(x)       p2 likewise
-#   6 <= x        erf(x) = 1 (erfc(6) = 2e-17 is below float64's half ulp of 1)
-# Relative error is below 2e-14 everywhere (tests/test_graph_elementwise.py checks it against
-# math.erf); odd symmetry gives negative x, NaN stays NaN.
-
-def _cheb(f, a: float, b: float, deg: int):
-    k = np.arange(deg + 1)
-    nodes = np.cos(np.pi * (k + 0.5) / (deg + 1))
-    vals = np.array([f(0.5 * (b - a) * t + 0.5 * (b + a)) for t in nodes])
-    coef = np.polynomial.chebyshev.chebfit(nodes, vals, deg)
-    return coef, a, b
-
-
-def _p0(t: float) -> float:
-    return math.erf(math.sqrt(t)) / math.sqrt(t) if t > 0 else 2.0 / math.sqrt(math.pi)
-
-
-_ERF_PIECES = (
-    _cheb(_p0, 0.0, 1.0, 12),
-    _cheb(lambda x: math.erfc(x) * math.exp(x * x), 1.0, 2.5, 20),
-    _cheb(lambda x: math.erfc(x) * math.exp(x * x), 2.5, 6.0, 20),
-)
-
-
-def _cheb_eval(piece, x: np.ndarray) -> np.ndarray:
-    coef, a, b = piece
-    return np.polynomial.chebyshev.chebval((2.0 * x - (a + b)) / (b - a), coef)
-
-
-def erf(x: np.ndarray) -> np.ndarray:
-    """The error function, vectorized, in float64 (relative error < 2e-14); returns float64."""
-    x = np.asarray(x, dtype=np.float64)
-    ax = np.abs(x)
-    y = np.ones_like(ax)
-    with np.errstate(all="ignore"):
-        m = ax < 1.0
-        if m.any():
-            v = ax[m]
-            y[m] = v * _cheb_eval(_ERF_PIECES[0], v * v)
-        for piece in _ERF_PIECES[1:]:
-            m = (ax >= piece[1]) & (ax < piece[2])
-            if m.any():
-                v = ax[m]
-                y[m] = 1.0 - np.exp(-v * v) * _cheb_eval(piece, v)
-    y = np.copysign(y, x)
-    return np.where(np.isnan(x), np.nan, y)
-
-
-@register
 class Erf(Unary):
     """The Gauss error function (computed in float64, rounded to the tensor's type)."""
 
@@ -472,7 +395,6 @@ class Erf(Unary):
 
 # ---- casts and no-ops ----------------------------------------------------------------------
 
-@register
 class Cast(OpSpec):
     """Convert every element to the type ``to`` (ONNX Cast): float to integer truncates toward
     zero, anything to i1 is ``x != 0``, i1 to numbers is 0/1; out-of-range values are undefined
@@ -501,7 +423,6 @@ class Cast(OpSpec):
             return [x.astype(dt)]
 
 
-@register
 class Identity(OpSpec):
     """``output = input``; removed by the graph optimizer."""
 
@@ -517,7 +438,6 @@ class Identity(OpSpec):
         return [args[0].copy()]
 
 
-@register
 class Dropout(OpSpec):
     """Inference-mode dropout: ``output = data`` (ONNX Dropout outside training; the mask output
     is not modelled). ``ratio``, when known at import, is kept for display only. Removed by the
@@ -534,3 +454,8 @@ class Dropout(OpSpec):
 
     def reference(self, op, args, interp):
         return [args[0].copy()]
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (Relu, Add, Sub, Mul, Div, Pow, Max, Min, Sum, Mean, Equal, Less, Greater, Where, Not, Neg,
+       Abs, Sqrt, Exp, Log, Reciprocal, Floor, Ceil, Erf, Cast, Identity, Dropout)

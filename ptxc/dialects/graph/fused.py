@@ -42,9 +42,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.core import Operation
-from ...ir.spec import Operand, OpSpec, fail, lookup, register
+from ...ir.spec import Operand, OpSpec, fail, lookup
 from ...ir.types import F16, F32, ScalarType, TensorType
 from .common import broadcast_shapes
+from .linalg import Gemm, MatMul
+from .nn import Conv
 from .region import run_scalar_body
 
 
@@ -84,15 +86,15 @@ class Fused(OpSpec):
     traits = {"pure"}
 
     @classmethod
-    def declare(cls, name: str, base: str):
-        spec = lookup(base)
-        return register(type(name.split(".")[1].title().replace("_", ""), (cls,), {
-            "__doc__": f"{base} with a scalar epilogue (see the module docstring).",
-            "name": name, "base": base,
-            "operands": tuple(spec.operand_defs) + (Operand("epilogue_inputs", variadic=True),),
-            "results": tuple(spec.result_defs),
-            "attributes": dict(spec.attributes),
-        }))
+    def declare(cls, name: str, base: type[OpSpec]):
+        """The fused op ``name`` of the base op declared by ``base``."""
+        return type(name.split(".")[1].title().replace("_", ""), (cls,), {
+            "__doc__": f"{base.name} with a scalar epilogue (see the module docstring).",
+            "name": name, "base": base.name,
+            "operands": tuple(base.operand_defs) + (Operand("epilogue_inputs", variadic=True),),
+            "results": tuple(base.result_defs),
+            "attributes": dict(base.attributes),
+        })
 
     # ---- parts -------------------------------------------------------------------------------------
     def split(self, op, values=None):
@@ -174,9 +176,12 @@ class Fused(OpSpec):
         return [np.broadcast_to(out, shape).astype(op.results[0].type.element.np_dtype)]
 
 
-FusedConv = Fused.declare("graph.fused_conv", "graph.conv")
-FusedGemm = Fused.declare("graph.fused_gemm", "graph.gemm")
-FusedMatMul = Fused.declare("graph.fused_matmul", "graph.matmul")
+FusedConv = Fused.declare("graph.fused_conv", Conv)
+FusedGemm = Fused.declare("graph.fused_gemm", Gemm)
+FusedMatMul = Fused.declare("graph.fused_matmul", MatMul)
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (FusedConv, FusedGemm, FusedMatMul)
 
 #: base op name -> fused op name
 FUSED_OF = {"graph.conv": "graph.fused_conv", "graph.gemm": "graph.fused_gemm",

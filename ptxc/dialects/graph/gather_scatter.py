@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.spec import Attr, OpSpec, fail, register
+from ...ir.spec import Attr, OpSpec, fail
 from ...ir.types import I32, I64
 from .common import ttype
 
@@ -40,7 +40,6 @@ def wrap(op, idx: np.ndarray, n: int, what: str = "indices") -> np.ndarray:
     return np.where(idx < 0, idx + n, idx)
 
 
-@register
 class GatherElements(OpSpec):
     """``out[i][j][k] = data[idx[i][j][k]][j][k]`` for ``axis = 0`` (numpy's
     take_along_axis); ``out`` has the shape of ``indices``."""
@@ -86,7 +85,6 @@ def nd_shape(op, d, i, b: int):
     return q, i.shape[:-1] + d.shape[b + q:]
 
 
-@register
 class GatherND(OpSpec):
     """``out[b..., i...] = data[b..., *idx[b..., i...], ...]``: the last dim of ``indices``
     holds an index tuple into the dims after the ``batch_dims`` leading ones."""
@@ -134,7 +132,6 @@ class Scatter(OpSpec):
             fail(op, "data and updates have different element types")
 
 
-@register
 class ScatterElements(Scatter):
     """``out = data`` with ``out[..., idx[p], ...] = upd[p]`` (the index along ``axis``, the
     other coordinates those of ``p``), for every position ``p`` of ``indices`` in order."""
@@ -164,7 +161,6 @@ class ScatterElements(Scatter):
         return [out]
 
 
-@register
 class ScatterND(Scatter):
     """``out = data`` with ``out[*idx[p]] = upd[p]`` (a slice when the tuple is shorter than
     data's rank), for every index tuple ``p`` in order."""
@@ -190,3 +186,7 @@ class ScatterND(Scatter):
             t = tuple(idx[p])
             out[t] = combine(red, out[t], upd[p])
         return [out]
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (GatherElements, GatherND, ScatterElements, ScatterND)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.spec import Attr, Operand, OpSpec, fail, register
+from ...ir.spec import Attr, Operand, OpSpec, fail
 from ...ir.types import TensorType
 from .common import broadcast_shapes, same_elements, ttype
 
@@ -48,7 +48,6 @@ def matmul_shape(op, a: tuple, b: tuple) -> tuple:
     return out
 
 
-@register
 class MatMul(OpSpec):
     """``A @ B`` with numpy.matmul semantics (1-D operands, broadcast batch dimensions)."""
 
@@ -69,7 +68,6 @@ class MatMul(OpSpec):
         return [np.asarray(_product(a, b)).astype(a.dtype, copy=False)]
 
 
-@register
 class Gemm(OpSpec):
     """``alpha * A' @ B' + beta * C`` with ``A' = A.T if transA``, ``B' = B.T if transB``;
     ``A'`` is (M, K), ``B'`` is (K, N); the optional ``C`` broadcasts to (M, N)."""
@@ -123,3 +121,7 @@ class Gemm(OpSpec):
         if y.dtype != args[0].dtype and args[0].dtype.kind in "iu":
             y = np.round(y)
         return [np.asarray(y).astype(args[0].dtype, copy=False)]
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (MatMul, Gemm)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.spec import Attr, fail, register
+from ...ir.spec import Attr, fail
 from ..arith import shift
 from ...ir.types import I1
 from .common import Binary, ttype
@@ -34,7 +34,6 @@ class Logical(Binary):
             fail(op, f"needs i1 operands, got {ttype(op, 0)}")
 
 
-@register
 class And(Logical):
     """``A and B``."""
 
@@ -45,7 +44,6 @@ class And(Logical):
         return np.logical_and(a, b)
 
 
-@register
 class Or(Logical):
     """``A or B``."""
 
@@ -56,7 +54,6 @@ class Or(Logical):
         return np.logical_or(a, b)
 
 
-@register
 class Xor(Logical):
     """``A xor B``."""
 
@@ -67,7 +64,6 @@ class Xor(Logical):
         return np.logical_xor(a, b)
 
 
-@register
 class BitShift(Binary):
     """``X << Y`` (``direction = "LEFT"``) or ``X >> Y`` ("RIGHT") on integers (ONNX's
     reference: left shifts wrap, signed right shifts are arithmetic, an amount outside
@@ -88,7 +84,6 @@ class BitShift(Binary):
         return shift(a, b, op.attr("direction") == "LEFT")
 
 
-@register
 class Bitwise(Binary):
     """``A & B``, ``A | B`` or ``A ^ B`` (``kind`` "and", "or", "xor") on integers (ONNX
     BitwiseAnd/Or/Xor; BitwiseNot is ``x ^ ~0``)."""
@@ -110,7 +105,6 @@ class Bitwise(Binary):
                 "xor": np.bitwise_xor}[op.attr("kind")](a, b)
 
 
-@register
 class LessOrEqual(Binary):
     """``A <= B`` as i1."""
 
@@ -121,7 +115,6 @@ class LessOrEqual(Binary):
         return a <= b
 
 
-@register
 class GreaterOrEqual(Binary):
     """``A >= B`` as i1."""
 
@@ -145,7 +138,6 @@ def mod(a: np.ndarray, b: np.ndarray, fmod: bool) -> np.ndarray:
         return r
 
 
-@register
 class Mod(Binary):
     """``A mod B``: numpy's ``mod`` (``fmod = 0``, the divisor's sign) or C's ``fmod``
     (``fmod = 1``, the dividend's sign)."""
@@ -162,6 +154,10 @@ class Mod(Binary):
 
     def fn(self, op, a, b):
         return mod(a, b, bool(op.attr("fmod")))
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (And, Or, Xor, BitShift, Bitwise, LessOrEqual, GreaterOrEqual, Mod)
 
 
 # ---- scalar forms ------------------------------------------------------------------------------

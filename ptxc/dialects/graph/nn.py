@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ...ir.spec import Attr, Operand, OpSpec, fail, register
+from ...ir.spec import Attr, Operand, OpSpec, fail
 from ...ir.types import TensorType
 from .common import norm_axis, same_elements, ttype
 from .layout import channels_last, first_type, last_type, to_first, to_last
@@ -77,7 +77,6 @@ def pad_spatial(x: np.ndarray, pads, value=0) -> np.ndarray:
 
 # ---- convolution ------------------------------------------------------------------------------
 
-@register
 class Conv(OpSpec):
     """N-D convolution (ONNX Conv): ``X`` is ``(N, C, *spatial)``, ``W`` is
     ``(M, C/group, *kernel_shape)``, optional bias ``B`` is ``(M,)``. Output spatial size per axis:
@@ -187,7 +186,6 @@ def conv_nd(x, w, b, strides, pads, dilations, group) -> np.ndarray:
     return y
 
 
-@register
 class ConvTranspose(OpSpec):
     """N-D transposed convolution (ONNX ConvTranspose): ``X`` is ``(N, C, *spatial)``, ``W`` is
     ``(C, M/group, *kernel_shape)``, optional ``B`` is ``(M,)``. Output size per axis:
@@ -324,7 +322,6 @@ class _SoftmaxBase(OpSpec):
             fail(op, f"needs a float tensor, got {ttype(op)}")
 
 
-@register
 class Softmax(_SoftmaxBase):
     """``exp(x - max) / sum(exp(x - max))`` along ``axis`` (ONNX Softmax-13 semantics; the
     importer turns older opsets' 2-D coercion into reshapes)."""
@@ -341,7 +338,6 @@ class Softmax(_SoftmaxBase):
         return [y.astype(x.dtype, copy=False)]
 
 
-@register
 class LogSoftmax(_SoftmaxBase):
     """``x - max - log(sum(exp(x - max)))`` along ``axis`` (ONNX LogSoftmax-13 semantics)."""
 
@@ -362,7 +358,6 @@ class LogSoftmax(_SoftmaxBase):
 PAD_MODES = ("constant", "reflect", "edge", "wrap")
 
 
-@register
 class Pad(OpSpec):
     """Pads ``data`` by ``pads`` (``[begin_0, ..., begin_n, end_0, ..., end_n]``, one pair per axis;
     negative values crop). Modes: ``constant`` (the optional scalar operand ``constant_value``,
@@ -419,3 +414,7 @@ class Pad(OpSpec):
         else:
             y = np.pad(x, width, mode=mode)
         return [y.astype(x.dtype, copy=False)]
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (Conv, ConvTranspose, Softmax, LogSoftmax, Pad)

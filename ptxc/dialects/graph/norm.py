@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.spec import Attr, Operand, OpSpec, fail, register
+from ...ir.spec import Attr, Operand, OpSpec, fail
 from .common import ttype
 from .layout import channels_last
 from .nn import compute_dtype
@@ -45,7 +45,6 @@ def bn_scale_shift(scale, bias, mean, var, epsilon: float, ct=np.float32):
     return s, bias - mean * s
 
 
-@register
 class BatchNormalization(OpSpec):
     """Inference batch normalization along axis 1:
     ``Y = (X - mean) / sqrt(var + epsilon) * scale + B`` with per-channel ``scale``, ``B``,
@@ -77,7 +76,6 @@ class BatchNormalization(OpSpec):
         return [y.astype(x.dtype, copy=False)]
 
 
-@register
 class InstanceNormalization(OpSpec):
     """``Y = (X - mean) / sqrt(var + epsilon) * scale + B``, mean and (biased) variance over the
     spatial axes of each (n, c); ``scale`` and ``B`` are ``(C,)``."""
@@ -111,7 +109,6 @@ class InstanceNormalization(OpSpec):
         return [y.astype(x.dtype, copy=False)]
 
 
-@register
 class LayerNormalization(OpSpec):
     """Normalizes over the axes ``axis..rank-1``:
     ``Y = (X - mean) / sqrt(var + epsilon) * Scale + B``; ``Scale`` and the optional ``B``
@@ -159,7 +156,6 @@ class LayerNormalization(OpSpec):
         return [y.astype(x.dtype, copy=False)]
 
 
-@register
 class LRN(OpSpec):
     """Local response normalization across channels (axis 1; the last axis with
     ``layout = "NHWC"``, graph/layout.py):
@@ -202,3 +198,6 @@ class LRN(OpSpec):
         y = x.astype(ct, copy=False) / np.power(bias + alpha / ct.type(size) * ssum, beta)
         return [y.astype(x.dtype, copy=False)]
 
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (BatchNormalization, InstanceNormalization, LayerNormalization, LRN)

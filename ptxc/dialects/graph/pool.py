@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.spec import Attr, OpSpec, fail, register
+from ...ir.spec import Attr, OpSpec, fail
 from ...ir.types import TensorType
 from .common import ttype
 from .layout import channels_last, first_type, last_type, to_first, to_last
@@ -93,7 +93,6 @@ class _Pool(OpSpec):
         return a, out, xp
 
 
-@register
 class MaxPool(_Pool):
     """Max over each window; padding never wins (ONNX MaxPool; the Indices output is not
     computed, so ``storage_order`` is dropped by the importer)."""
@@ -123,7 +122,6 @@ class MaxPool(_Pool):
         return y.astype(x.dtype, copy=False)
 
 
-@register
 class AveragePool(_Pool):
     """Mean over each window. ``count_include_pad = 0``: divide by the window's positions inside
     the input; ``1``: inside the input and the explicit padding."""
@@ -187,7 +185,6 @@ class _GlobalPool(OpSpec):
             fail(op, f"needs a float tensor, got {ttype(op)}")
 
 
-@register
 class GlobalAveragePool(_GlobalPool):
     """Mean over all spatial axes, kept as size-1 axes."""
 
@@ -200,7 +197,6 @@ class GlobalAveragePool(_GlobalPool):
         return [np.asarray(y).astype(x.dtype, copy=False)]
 
 
-@register
 class GlobalMaxPool(_GlobalPool):
     """Max over all spatial axes, kept as size-1 axes."""
 
@@ -212,3 +208,6 @@ class GlobalMaxPool(_GlobalPool):
         y = x.max(axis=axes, keepdims=True) if axes else x
         return [np.asarray(y).astype(x.dtype, copy=False)]
 
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool)

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.spec import Attr, OpSpec, fail, register
+from ...ir.spec import Attr, OpSpec, fail
 from ...ir.types import I1
 from .common import ttype
 
 
-@register
 class Trilu(OpSpec):
     """Zero every element below (``upper = 1``: ``j - i < k``) or above (``upper = 0``:
     ``j - i > k``) the ``k``-th diagonal of the last two dims."""
@@ -88,7 +87,6 @@ class Cumulative(OpSpec):
         return [np.ascontiguousarray(y)]
 
 
-@register
 class CumSum(Cumulative):
     """Running sum along ``axis`` (``exclusive``: the element itself left out; ``reverse``:
     from the end)."""
@@ -96,10 +94,13 @@ class CumSum(Cumulative):
     name = "graph.cum_sum"
 
 
-@register
 class CumProd(Cumulative):
     """Running product along ``axis`` (``exclusive``, ``reverse`` as cum_sum)."""
 
     name = "graph.cum_prod"
     ufunc = np.multiply
     identity = 1
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (Trilu, CumSum, CumProd)

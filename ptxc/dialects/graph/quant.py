@@ -37,7 +37,7 @@ import numpy as np
 
 from ...ir.builder import Builder
 from ...ir.core import Block, Region
-from ...ir.spec import Attr, Operand, OpSpec, fail, register
+from ...ir.spec import Attr, Operand, OpSpec, fail
 from ...ir.types import F32, I32, ScalarType, TensorType
 from .common import broadcast_shapes, ttype
 from .nn import Conv, conv_nd, conv_out_shape, spatial_attrs
@@ -116,7 +116,6 @@ class _Affine(OpSpec):
         return x, s, z
 
 
-@register
 class QuantizeLinear(_Affine):
     """``y = saturate(rint(x / scale) + zero_point)``; ``y``'s element type is the zero point's
     (the importer resolves ONNX's output_dtype and uint8 default into it)."""
@@ -142,7 +141,6 @@ class QuantizeLinear(_Affine):
         return [quantize(x, s, z, op.attr("to"))]
 
 
-@register
 class DequantizeLinear(_Affine):
     """``y = float32(x - zero_point) * scale``, in the scale's element type."""
 
@@ -294,7 +292,6 @@ class QLinear(OpSpec):
         return [np.clip(q, lo, hi).astype(y.element.np_dtype)]
 
 
-@register
 class QLinearConv(QLinear):
     """Integer convolution (ONNX ConvInteger / QLinearConv, and folded Q/DQ convs); conv's
     attributes (explicit pads, strides, dilations, kernel_shape, group, and ``layout``:
@@ -337,7 +334,6 @@ class QLinearConv(QLinear):
         return conv_nd(x, w, None, a["strides"], a["pads"], a["dilations"], op.attr("group"))
 
 
-@register
 class QLinearMatMul(QLinear):
     """Integer matmul (ONNX MatMulInteger / QLinearMatMul, folded Q/DQ matmuls and gemms):
     numpy matmul semantics; per-channel means per column of B (its last axis)."""
@@ -353,3 +349,7 @@ class QLinearMatMul(QLinear):
 
     def product(self, op, x, w, g):
         return np.matmul(x, w)
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (QuantizeLinear, DequantizeLinear, QLinearConv, QLinearMatMul)

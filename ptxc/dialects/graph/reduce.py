@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.spec import Attr, OpSpec, fail, register
+from ...ir.spec import Attr, OpSpec, fail
 from ...ir.types import I1, I64, TensorType
 from .common import ttype
 
@@ -76,7 +76,6 @@ def _acc(x: np.ndarray):
     return np.float32 if x.dtype == np.float16 else x.dtype
 
 
-@register
 class ReduceSum(Reduce):
     """Sum over ``axes``."""
 
@@ -86,7 +85,6 @@ class ReduceSum(Reduce):
         return np.sum(x, axis=axes, keepdims=keepdims, dtype=_acc(x))
 
 
-@register
 class ReduceMean(Reduce):
     """Arithmetic mean over ``axes`` (integer tensors truncate toward zero)."""
 
@@ -115,7 +113,6 @@ def _highest(dtype):
     return np.inf
 
 
-@register
 class ReduceMax(Reduce):
     """Maximum over ``axes`` (i1 allowed: logical or); the empty set gives -inf / the lowest."""
 
@@ -126,7 +123,6 @@ class ReduceMax(Reduce):
         return np.max(x, axis=axes, keepdims=keepdims, initial=_lowest(x.dtype))
 
 
-@register
 class ReduceMin(Reduce):
     """Minimum over ``axes`` (i1 allowed: logical and); the empty set gives +inf / the highest."""
 
@@ -137,7 +133,6 @@ class ReduceMin(Reduce):
         return np.min(x, axis=axes, keepdims=keepdims, initial=_highest(x.dtype))
 
 
-@register
 class ReduceProd(Reduce):
     """Product over ``axes`` (f16 multiplies in f32); the empty set gives 1."""
 
@@ -147,7 +142,6 @@ class ReduceProd(Reduce):
         return np.prod(x, axis=axes, keepdims=keepdims, dtype=_acc(x))
 
 
-@register
 class ArgMax(OpSpec):
     """Index (i64) of the maximum along ``axis``; the first one, or the last one with
     ``select_last_index = 1``. ``axis`` is non-negative; ``keepdims`` keeps it with size 1."""
@@ -191,9 +185,12 @@ class ArgMax(OpSpec):
         return [idx]
 
 
-@register
 class ArgMin(ArgMax):
     """Index (i64) of the minimum along ``axis`` (first, or last with ``select_last_index``;
     a NaN counts as the minimum, as numpy's argmin)."""
 
     name = "graph.arg_min"
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ArgMax, ArgMin)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.core import Block
-from ...ir.spec import Operand, OpSpec, fail, register
+from ...ir.spec import Operand, OpSpec, fail
 from ...ir.types import TensorType
 from .common import broadcast_shapes, ttype
 
@@ -30,7 +30,6 @@ def run_scalar_body(block: Block, arrays, interp) -> np.ndarray:
     return np.asarray(out)
 
 
-@register
 class Yield(OpSpec):
     """Ends a scalar body, giving its value."""
 
@@ -43,7 +42,6 @@ class Yield(OpSpec):
         return []
 
 
-@register
 class Elementwise(OpSpec):
     """A chain of elementwise ops fused into one op with a scalar body; see the module doc."""
 
@@ -88,4 +86,5 @@ class Elementwise(OpSpec):
         return [np.broadcast_to(out, shape).astype(t.element.np_dtype)]
 
 
-
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (Yield, Elementwise)

@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from ...ir.spec import Attr, OpSpec, fail, register
+from ...ir.spec import Attr, OpSpec, fail
 from .common import ttype
 
 MODES = ("nearest", "linear", "cubic")
@@ -37,7 +37,6 @@ COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "alig
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
-@register
 class Resize(OpSpec):
     """Resizes ``X`` to ``sizes`` by nearest, (multi)linear or cubic interpolation; see the module
     docstring for the attributes."""
@@ -105,6 +104,10 @@ class Resize(OpSpec):
                 y = np.clip(np.round(y), info.min, info.max)
             y = y.astype(x.dtype)
         return [y.copy() if y is x else y]
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (Resize,)
 
 
 def source_coords(ctm: str, out: int, size: int, scale: float, roi_pair):

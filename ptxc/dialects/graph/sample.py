@@ -50,7 +50,7 @@ import itertools
 import numpy as np
 
 from ...errors import IndexOutOfRangeError
-from ...ir.spec import Attr, OpSpec, fail, register
+from ...ir.spec import Attr, OpSpec, fail
 from .common import ttype
 
 GRID_MODES = ("linear", "nearest", "cubic")
@@ -158,7 +158,6 @@ def grid_sample(x: np.ndarray, grid: np.ndarray, mode: str, padding: str,
     return np.moveaxis(y, -1, 1).astype(x.dtype)
 
 
-@register
 class GridSample(OpSpec):
     """``X`` sampled at the normalized coordinates of ``grid`` (module docstring)."""
 
@@ -280,7 +279,6 @@ def roi_align(x, rois, batch_indices, mode: str, oh: int, ow: int, sampling_rati
     return y.astype(x.dtype)
 
 
-@register
 class RoiAlign(OpSpec):
     """Bilinear pooling of ``X`` over boxes (module docstring)."""
 
@@ -327,3 +325,7 @@ class RoiAlign(OpSpec):
                           op.attr("sampling_ratio"), op.attr("spatial_scale"),
                           op.attr("half_pixel"),
                           "RoiAlign" + (f" {op.loc!r}" if op.loc else ""))]
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (GridSample, RoiAlign)

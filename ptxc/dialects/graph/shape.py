@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.attributes import DenseElements
-from ...ir.spec import Attr, Operand, OpSpec, Result, fail, register
+from ...ir.spec import Attr, Operand, OpSpec, Result, fail
 from ...ir.types import I32, I64, TensorType
 from .common import broadcast_shapes, same_elements, ttype
 
@@ -51,7 +51,6 @@ def _sorted_unique(op, axes, upper: int, name: str = "axes") -> None:
         fail(op, f"{name} {list(axes)} must be sorted, unique and in [0, {upper})")
 
 
-@register
 class Concat(OpSpec):
     """Concatenation of the operands along ``axis`` (non-negative); all other dims equal.
 
@@ -95,7 +94,6 @@ class Concat(OpSpec):
         return [np.concatenate(args, axis=op.attr("axis"))]
 
 
-@register
 class Split(OpSpec):
     """Splits ``input`` along ``axis`` into ``len(split)`` results of the given sizes."""
 
@@ -130,7 +128,6 @@ def slice_len(start: int, end: int, step: int) -> int:
     return len(range(start, end, step))
 
 
-@register
 class Slice(OpSpec):
     """``data[start:end:step]`` on every axis; starts/ends/steps are normalized and clamped as
     the module docstring says (one entry per axis; ``end == -1`` with a negative step means
@@ -168,7 +165,6 @@ class Slice(OpSpec):
         return [args[0][idx]]
 
 
-@register
 class Gather(OpSpec):
     """``np.take(data, indices, axis)``: indices (i32 or i64, any shape, may be run-time data)
     index ``data`` along ``axis``; negative indices count from the end."""
@@ -201,7 +197,6 @@ class Gather(OpSpec):
         return [np.take(data, idx.astype(np.int64, copy=False), axis=axis)]
 
 
-@register
 class Reshape(OpSpec):
     """Reshapes ``data`` (row-major) to ``shape``, fully resolved: no 0 or -1 entries."""
 
@@ -222,7 +217,6 @@ class Reshape(OpSpec):
         return [args[0].reshape(op.attr("shape"))]
 
 
-@register
 class Flatten(OpSpec):
     """2-D reshape: ``(prod(dims[:axis]), prod(dims[axis:]))``, ``0 <= axis <= rank``."""
 
@@ -242,7 +236,6 @@ class Flatten(OpSpec):
         return [args[0].reshape(op.results[0].type.shape)]
 
 
-@register
 class Transpose(OpSpec):
     """Permutes the axes: ``output.shape[i] = data.shape[perm[i]]`` (perm always explicit)."""
 
@@ -263,7 +256,6 @@ class Transpose(OpSpec):
         return [np.transpose(args[0], op.attr("perm"))]
 
 
-@register
 class Squeeze(OpSpec):
     """Removes the listed axes (each of size 1; sorted, non-negative, explicit)."""
 
@@ -285,7 +277,6 @@ class Squeeze(OpSpec):
         return [args[0].reshape(op.results[0].type.shape)]
 
 
-@register
 class Unsqueeze(OpSpec):
     """Inserts size-1 dims at ``axes`` (sorted, non-negative positions in the result)."""
 
@@ -307,7 +298,6 @@ class Unsqueeze(OpSpec):
         return [args[0].reshape(op.results[0].type.shape)]
 
 
-@register
 class Tile(OpSpec):
     """Repeats the operand ``repeats[i]`` times along axis ``i`` (one entry per axis)."""
 
@@ -329,7 +319,6 @@ class Tile(OpSpec):
         return [np.tile(x, op.attr("repeats")) if x.ndim else x.copy()]
 
 
-@register
 class Expand(OpSpec):
     """Broadcasts ``input`` with ``shape`` (ONNX bidirectional broadcasting): the result has
     shape ``broadcast(input.shape, shape)``; the converter stores that result shape."""
@@ -351,7 +340,6 @@ class Expand(OpSpec):
         return [np.broadcast_to(args[0], op.results[0].type.shape)]
 
 
-@register
 class Shape(OpSpec):
     """The operand's dims ``start:end`` as a rank-1 i64 tensor; start/end non-negative and
     clamped to ``[0, rank]``. Depends only on the operand's type (``shape_only``)."""
@@ -379,7 +367,6 @@ class Shape(OpSpec):
         return [np.array(ttype(op).shape[start:end], dtype=np.int64).reshape(-1)]
 
 
-@register
 class ConstantOfShape(OpSpec):
     """A tensor of ``shape`` filled with ``value`` (a one-element tensor; its element type is
     the result's; default 0.0 f32)."""
@@ -403,3 +390,8 @@ class ConstantOfShape(OpSpec):
     def reference(self, op, args, interp):
         value = op.attr("value").array
         return [np.full(op.attr("shape"), value.reshape(()), dtype=value.dtype)]
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (Concat, Split, Slice, Gather, Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Tile,
+       Expand, Shape, ConstantOfShape)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.spec import Attr, OpSpec, fail, register
+from ...ir.spec import Attr, OpSpec, fail
 from ...ir.types import I1, I64
 from .common import ttype
 
@@ -31,7 +31,6 @@ def ranks(x: np.ndarray, axis: int, largest: bool) -> np.ndarray:
     return np.moveaxis(r, -1, axis)
 
 
-@register
 class TopK(OpSpec):
     """The ``k`` best elements along ``axis``, best first, and their indices."""
 
@@ -67,3 +66,7 @@ class TopK(OpSpec):
             idx[..., j] = pos
             vals[..., j] = np.take_along_axis(xs, pos[..., None], -1)[..., 0]
         return [np.moveaxis(vals, -1, axis).copy(), np.moveaxis(idx, -1, axis).copy()]
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (TopK,)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.spec import register
 from ..math import TRIG
 from .common import Unary
 from .scalar_forms import _form, _math, _widened
@@ -28,9 +27,9 @@ def _make(stem: str):
 
     cls = type(stem.title(), (Unary,), {"__doc__": f"numpy's {fn.__name__}, elementwise.",
                                         "name": f"graph.{stem}", "fn": apply})
-    register(cls)
     _form(stem)(_widened(_math(f"math.{stem}")))
     return cls
 
 
-OPS = {stem: _make(stem) for stem in TRIG}
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = tuple(_make(stem) for stem in TRIG)

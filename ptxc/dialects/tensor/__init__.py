@@ -30,6 +30,9 @@ Where docs/lowering.md is silent, ptxc decides (each op's docstring says why):
 * ``tensor.extract`` may also stand outside a body (a run-time scalar, e.g. a pad value).
 """
 
-from . import data, generic, named  # noqa: F401
+from . import data, generic, named
 from .generalize import NAMED_OPS, generalize  # noqa: F401
 from .generic import build_generic  # noqa: F401
+
+#: the tensor dialect's op declarations, module by module (ptxc.dialects.all_ops lists them)
+OPS = (*data.OPS, *generic.OPS, *named.OPS)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.attributes import DenseElements
-from ...ir.spec import Attr, Operand, OpSpec, fail, register
+from ...ir.spec import Attr, Operand, OpSpec, fail
 from ...ir.types import I1, ScalarType, TensorType
 
 
@@ -59,7 +59,6 @@ def garbage(t: TensorType) -> np.ndarray:
     return np.full(t.shape, fill, dtype=dt)
 
 
-@register
 class Constant(OpSpec):
     """A constant tensor (weights, index tables)."""
 
@@ -78,7 +77,6 @@ class Constant(OpSpec):
         return [op.attributes["value"].array]
 
 
-@register
 class Empty(OpSpec):
     """A tensor of the result type with undefined contents; only a DPS init (every element is
     written by the op that takes it as ``outs``). Reference: see :func:`garbage`."""
@@ -95,7 +93,6 @@ class Empty(OpSpec):
         return [garbage(op.results[0].type)]
 
 
-@register
 class Fill(OpSpec):
     """``init``'s shape filled with ``value``."""
 
@@ -149,7 +146,6 @@ _SLICE_ATTRS = {"offsets": Attr("ints", required=True), "sizes": Attr("ints", re
                 "strides": Attr("ints", required=True)}
 
 
-@register
 class ExtractSlice(OpSpec):
     """``source[offsets + i * strides]`` for ``i`` in ``sizes`` (same rank as ``source``);
     bufferizes to a view."""
@@ -168,7 +164,6 @@ class ExtractSlice(OpSpec):
         return [args[0][slice_index(op.attr("offsets"), op.attr("sizes"), op.attr("strides"))]]
 
 
-@register
 class InsertSlice(OpSpec):
     """``dest`` with the slice ``offsets + i * strides`` replaced by ``source``.
 
@@ -197,7 +192,6 @@ class InsertSlice(OpSpec):
         return [out]
 
 
-@register
 class Reshape(OpSpec):
     """Same elements (row-major order), the result's shape; bufferizes to a view."""
 
@@ -214,7 +208,6 @@ class Reshape(OpSpec):
         return [args[0].reshape(op.results[0].type.shape)]
 
 
-@register
 class Pad(OpSpec):
     """``source`` with ``low[i]`` elements before and ``high[i]`` after along each dim, all equal
     to the scalar operand ``value`` when present, else the attribute ``value`` (default 0)."""
@@ -250,3 +243,7 @@ class Pad(OpSpec):
         with np.errstate(all="ignore"):
             value = np.asarray(value).astype(x.dtype)
         return [np.pad(x, width, mode="constant", constant_values=value)]
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (Constant, Empty, Fill, ExtractSlice, InsertSlice, Reshape, Pad)

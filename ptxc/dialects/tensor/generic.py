@@ -38,7 +38,7 @@ import numpy as np
 
 from ...ir.builder import Builder
 from ...ir.core import Block, OpResult, Region
-from ...ir.spec import Attr, Operand, OpSpec, Result, fail, make_op, register
+from ...ir.spec import Attr, Operand, OpSpec, Result, fail, make_op
 from ...ir.types import INDEX, ScalarType, TensorType
 from .maps import Domain, gather, row_range, row_terms, scatter
 
@@ -59,7 +59,6 @@ def body(op) -> Block:
     return op.regions[0].blocks[0]
 
 
-@register
 class Generic(OpSpec):
     """A structured op: a scalar body over an iteration space; see the module docstring."""
 
@@ -145,7 +144,6 @@ def _check_map(op, k, m, t: TensorType, bounds) -> None:
                 fail(op, f"the map of operand #{k} reaches [{lo}, {hi}] along dim {j} of {t}")
 
 
-@register
 class Yield(OpSpec):
     """Ends a generic body: one scalar per out."""
 
@@ -158,7 +156,6 @@ class Yield(OpSpec):
         return []
 
 
-@register
 class Index(OpSpec):
     """Inside a generic body: the current value of loop dim ``dim`` (an ``index``)."""
 
@@ -184,7 +181,6 @@ class Index(OpSpec):
         return [stack[-1].grid(op.attr("dim"))]
 
 
-@register
 class Extract(OpSpec):
     """``tensor[indices...]``: a data-dependent read (one ``index`` per dim). Inside a generic
     body it reads a tensor defined outside the op. An index outside the tensor is an error."""
@@ -214,6 +210,10 @@ class Extract(OpSpec):
                 fail(op, f"index {int(i.min() if i.min() < 0 else i.max())} out of range "
                          f"[0, {d}) along dim {k}")
         return [t[tuple(idx)]]
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (Generic, Yield, Index, Extract)
 
 
 # ---- building -----------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.spec import Attr, OpSpec, fail, register
+from ...ir.spec import Attr, OpSpec, fail
 from ...ir.types import F16, F32, I8, I32, TensorType
 from ..arith import round_tf32
 from ..graph.layout import channels_last, first_type, to_first, to_last
@@ -72,7 +72,6 @@ def matmul_dims(op, a: TensorType, b: TensorType):
     return (m, k), (k2, n)
 
 
-@register
 class MatMul(OpSpec):
     """``C[..., i, j] += sum_k A[..., i, k] * B[..., k, j]``; A and B have rank >= 2 and their
     batch dims broadcast (numpy rules) to C's. ``transpose_a`` / ``transpose_b`` read A or B
@@ -119,7 +118,6 @@ class MatMul(OpSpec):
         return [(c.astype(ct, copy=False) + prod).astype(c.dtype, copy=False)]
 
 
-@register
 class Conv(OpSpec):
     """``Y += conv(X, W)`` on an already padded ``X`` ``(N, C, *spatial)``, ``W``
     ``(M, C / group, *kernel)``, ``Y`` ``(N, M, *out)`` with
@@ -175,7 +173,6 @@ class Conv(OpSpec):
 POOL_KINDS = ("max", "sum")
 
 
-@register
 class Pool(OpSpec):
     """Window max or sum over the spatial dims of an already padded ``X`` ``(N, C, *spatial)``,
     combined into ``Y`` ``(N, C, *out)`` (out as for ``tensor.conv``); ``layout = "NHWC"``: the
@@ -236,7 +233,6 @@ class Pool(OpSpec):
 REDUCE_KINDS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
-@register
 class Reduce(OpSpec):
     """``Y`` (``X``'s shape with the ``axes`` of size 1) combined with ``X`` over ``axes`` by
     ``kind`` (sum, prod, max, min). NaN propagates through max and min."""
@@ -277,3 +273,7 @@ class Reduce(OpSpec):
                 return [np.array(y, copy=True)]  # nothing to combine: Y keeps its init
             r = ufunc.reduce(x.astype(ct, copy=False), axis=axes, keepdims=True, dtype=ct)
             return [ufunc(y.astype(ct, copy=False), r).astype(y.dtype, copy=False)]
+
+
+#: the op declarations of this module (ptxc.dialects.all_ops lists them)
+OPS = (MatMul, Conv, Pool, Reduce)

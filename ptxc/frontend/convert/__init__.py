@@ -1,3 +1,4 @@
-"""ONNX op converters: one function per ONNX op type, registered with :func:`converter`."""
+"""ONNX op converters: one function per ONNX op type, tagged with :func:`converter`; the table
+of them is :func:`ptxc.frontend.convert.table.converters`."""
 
-from .context import ConvertContext, converter, converters  # noqa: F401
+from .context import ConvertContext, converter  # noqa: F401

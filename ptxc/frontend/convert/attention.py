@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.types import I1
-from .context import ConvertContext, converter
+from .context import ConvertContext, converter, scalar_type_of
 
 
 def _to_4d(ctx, v, heads):
@@ -140,7 +140,6 @@ def attention(ctx: ConvertContext):
     sm_in = with_bias
     prec = ctx.attr("softmax_precision")
     if prec is not None:
-        from ..onnx_import import scalar_type_of
         pt = scalar_type_of(int(prec), "softmax_precision")
         if pt != el:
             sm_in = ctx.emit1("graph.cast", [sm_in], {"to": pt})

@@ -1,7 +1,7 @@
 """What an ONNX op converter sees: the node, its inputs as IR values, its attributes decoded,
 compile-time values of its inputs, and a builder that tags new ops with the node's name.
 
-A converter is a function registered for one or more ONNX op types::
+A converter is a function tagged with the ONNX op types it converts::
 
     @converter("Relu")
     def relu(ctx: ConvertContext) -> list[Value]:
@@ -9,6 +9,11 @@ A converter is a function registered for one or more ONNX op types::
 
 It returns one value per ONNX output it produces (in order); outputs it does not produce (optional
 ones such as Dropout's mask) must be unused by the rest of the model, or the importer says so.
+The tag registers nothing: the table in ptxc/frontend/convert/table.py lists the converter
+modules, and whoever makes a context passes it the table (``ConvertContext.converters``).
+
+ONNX's element types (:data:`ONNX_TYPES`, :func:`scalar_type_of`) are here too, where both the
+converters and the importer read them.
 """
 
 from __future__ import annotations
@@ -23,38 +28,53 @@ from ...errors import ModelError, ShapeInputError, VerifyError
 from ...ir.builder import Builder
 from ...ir.core import BlockArgument, Value
 from ...ir.spec import lookup
-from ...ir.types import TensorType
-
-_CONVERTERS: dict[str, Callable] = {}
+from ...ir.types import ScalarType, TensorType
 
 #: a value is folded during import (so its contents are known to later shape computations) when
 #: every operand is known and the result has at most this many elements
 FOLD_LIMIT = 1 << 16
 
+#: ONNX element type -> ptxc scalar type name
+ONNX_TYPES = {
+    onnx.TensorProto.FLOAT: "f32", onnx.TensorProto.DOUBLE: "f64",
+    onnx.TensorProto.FLOAT16: "f16", onnx.TensorProto.BFLOAT16: "bf16",
+    onnx.TensorProto.INT64: "i64", onnx.TensorProto.INT32: "i32",
+    onnx.TensorProto.INT16: "i16", onnx.TensorProto.INT8: "i8",
+    onnx.TensorProto.UINT64: "ui64", onnx.TensorProto.UINT32: "ui32",
+    onnx.TensorProto.UINT16: "ui16", onnx.TensorProto.UINT8: "ui8",
+    onnx.TensorProto.BOOL: "i1",
+}
+
+
+def scalar_type_of(elem_type: int, where: str) -> ScalarType:
+    try:
+        return ScalarType(ONNX_TYPES[elem_type])
+    except KeyError:
+        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in \
+            onnx.TensorProto.DataType.values() else str(elem_type)
+        raise ModelError(f"{where}: element type {name} is not supported") from None
+
 
 def converter(*op_types: str):
-    """Register a function as the converter of the given ONNX op types (default domain)."""
+    """Tag a function as the converter of the given ONNX op types (default domain); the
+    converter table (ptxc/frontend/convert/table.py) collects the tagged functions."""
+    if not op_types:
+        raise ValueError("converter() needs at least one ONNX op type")
+
     def deco(fn):
-        for t in op_types:
-            if t in _CONVERTERS:
-                raise ValueError(f"converter for {t} registered twice")
-            _CONVERTERS[t] = fn
+        fn.onnx_op_types = getattr(fn, "onnx_op_types", ()) + op_types
         return fn
     return deco
-
-
-def converters() -> dict[str, Callable]:
-    if not _CONVERTERS:
-        from . import ops  # noqa: F401  (registers every converter)
-    return _CONVERTERS
 
 
 class ConvertContext:
     """State of one import; ``node`` is the node being converted."""
 
     def __init__(self, builder: Builder, opset: int, values: dict[str, Value],
-                 known: dict[Value, np.ndarray], model_name: str = "model"):
+                 known: dict[Value, np.ndarray], model_name: str = "model", *,
+                 converters: dict[str, Callable]):
         self.builder = builder
+        self.converters = converters  # ONNX op type -> converter (table.converters())
         self.opset = opset
         self.values = values      # ONNX tensor name -> IR value
         self.known = known        # IR value -> its compile-time contents, where known

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from .context import ConvertContext, converter
+from .context import ConvertContext, converter, scalar_type_of
 
 
 @converter("Relu")
@@ -70,7 +70,6 @@ def unary(ctx: ConvertContext):
 
 @converter("Cast")
 def cast(ctx: ConvertContext):
-    from ..onnx_import import scalar_type_of
     from ...errors import ModelError
     to = ctx.attr("to")
     if to is None:

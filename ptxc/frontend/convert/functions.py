@@ -25,7 +25,7 @@ import onnx
 from onnx import defs, helper
 
 from ...errors import PtxcError, UnsupportedOpError
-from .context import ConvertContext, MissingOutput, converter, converters
+from .context import ONNX_TYPES, ConvertContext, MissingOutput, converter
 
 #: ONNX ops imported through their function body (each op's body must use supported ops only
 #: for the node tests to pass; a body op that is not supported is refused with a typed error)
@@ -37,8 +37,7 @@ EXPANDED = (
 
 
 def _elem_type(el) -> int:
-    from ..onnx_import import _ONNX_TYPES
-    for k, v in _ONNX_TYPES.items():
+    for k, v in ONNX_TYPES.items():
         if v == el.name:
             return k
     raise PtxcError(f"element type {el} has no ONNX counterpart")
@@ -119,9 +118,9 @@ def _inner_nodes(fp: onnx.FunctionProto, node: onnx.NodeProto, prefix: str):
 
 
 def convert_node(ctx: ConvertContext, node: onnx.NodeProto, name: str) -> None:
-    """Convert one ONNX node with its registered converter; its outputs go into ``ctx.values``
-    (an output the converter does not produce becomes a MissingOutput)."""
-    table = converters()
+    """Convert one ONNX node with its converter from ``ctx.converters``; its outputs go into
+    ``ctx.values`` (an output the converter does not produce becomes a MissingOutput)."""
+    table = ctx.converters
     ctx.node, ctx.node_name = node, name
     if node.domain not in ("", "ai.onnx") or node.op_type not in table:
         raise UnsupportedOpError({node.op_type: [name]}, ctx.model_name)

@@ -24,7 +24,7 @@ from ...dialects.graph.quant import QTYPES, identity_epilogue
 from ...errors import VerifyError
 from ...ir.types import F32, ScalarType
 from ...ir.verifier import verify_op_local
-from .context import ConvertContext, converter
+from .context import ConvertContext, converter, scalar_type_of
 from .nn import ints_attr, resolve_pads
 
 _ONNX_QTYPES = {2: "ui8", 3: "i8", 4: "ui16", 5: "i16"}
@@ -100,7 +100,6 @@ def dequantize_linear(ctx: ConvertContext):
                     {"axis": axis})
     out = ctx.attr("output_dtype", 0)
     if out:
-        from ..onnx_import import scalar_type_of
         to = scalar_type_of(out, f"node {ctx.node_name!r}")
         if to != y.type.element:
             (y,) = ctx.emit("graph.cast", [y], {"to": to})

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .context import ConvertContext, converter
+from .context import ConvertContext, converter, scalar_type_of
 
 
 @converter("EyeLike")
@@ -23,7 +23,6 @@ def eye_like(ctx: ConvertContext):
         raise ctx.error(f"input must be 2-D, got {t}")
     el = t.element
     if ctx.has_attr("dtype"):
-        from ..onnx_import import scalar_type_of
         el = scalar_type_of(int(ctx.attr("dtype")), f"node {ctx.node_name!r}")
     eye = np.eye(t.shape[0], t.shape[1], int(ctx.attr("k", 0)))
     return [ctx.constant(eye.astype(el.np_dtype))]
