@@ -237,7 +237,7 @@ def device_target() -> Target | None:
         shared_per_block=int(dev.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
         shared_per_sm=int(dev.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR),
         registers_per_sm=int(dev.MAX_REGISTERS_PER_MULTIPROCESSOR),
-        max_threads_per_sm=int(dev.MAX_THREADS_PER_MULTI_PROCESSOR),
+        max_threads_per_sm=int(dev.MAX_THREADS_PER_MULTIPROCESSOR),
         max_threads_per_block=int(dev.MAX_THREADS_PER_BLOCK),
         l2_bytes=int(dev.L2_CACHE_SIZE), features=features_for(10 * major + minor))
 

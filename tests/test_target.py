@@ -1,5 +1,6 @@
 """ptxc.target: the presets, resolution (environment, device, arch) and the data round trip."""
 
+import attrs
 import pytest
 
 from ptxc.errors import CompileError
@@ -74,3 +75,34 @@ def test_data_round_trip_and_key():
 def test_host_is_the_cpu_target():
     t = Target.host()
     assert t.kind == "cpu" and t.sms == 0 and not t.features
+
+
+def test_device_target_asks_only_attributes_the_driver_has(monkeypatch):
+    """device_target reads the GPU through numba's Device attributes, which map NAME to the
+    driver's CU_DEVICE_ATTRIBUTE_NAME: a fake device answering only names that enum has (an
+    H100 PCIe's values) must give the full description."""
+    from numba import cuda
+    from numba.cuda.cudadrv.driver import binding
+    enum = binding.CUdevice_attribute
+    values = {"MULTIPROCESSOR_COUNT": 114, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 232448,
+              "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR": 233472,
+              "MAX_REGISTERS_PER_MULTIPROCESSOR": 65536, "MAX_THREADS_PER_MULTIPROCESSOR": 2048,
+              "MAX_THREADS_PER_BLOCK": 1024, "L2_CACHE_SIZE": 50 * 1024 * 1024}
+
+    class FakeDevice:
+        compute_capability = (9, 0)
+        name = b"NVIDIA H100 PCIe"
+
+        def __getattr__(self, attr):
+            if not hasattr(enum, f"CU_DEVICE_ATTRIBUTE_{attr}"):
+                raise AttributeError(f"the driver has no device attribute {attr}")
+            return values[attr]
+
+    monkeypatch.setattr(cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cuda, "get_current_device", lambda: FakeDevice())
+    target_mod.device_target.cache_clear()
+    try:
+        t = target_mod.device_target()
+    finally:
+        target_mod.device_target.cache_clear()
+    assert t == attrs.evolve(PRESETS["h100-pcie"], name="NVIDIA H100 PCIe")
