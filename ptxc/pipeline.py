@@ -275,7 +275,7 @@ class CompileOptions:
     threads: int | None = None
     cuda_graph: bool = True
     max_memory: int | None = None
-    calibration: object = attrs.field(default=None, eq=False)
+    calibration: object = attrs.field(default=None, eq=False, repr=False)   # data
     calibration_cache: str | None = None
 
     def __attrs_post_init__(self):
