@@ -372,11 +372,10 @@ def map_options(options: str) -> dict | None:
     space-separated: ``"mma-epilogue=staged tiled-min-reduction=16"``); None when empty."""
     if not options.strip():
         return None
-    words = options.split()
-    bad = [w for w in words if "=" not in w]
-    if bad:
-        raise SystemExit(f"map-to-gpu options {bad}: expected NAME=VALUE")
-    return {"map-to-gpu": dict(w.split("=", 1) for w in words)}
+    from ptxc.rewrite.pipeline import parse_pipeline
+    (p,) = parse_pipeline(f"map-to-gpu{{{options}}}")     # values read as pipeline text's
+    names = [w.split("=", 1)[0].replace("-", "_") for w in options.split()]
+    return {"map-to-gpu": {k: getattr(p, k) for k in names}}
 
 
 def profile_row(row: dict, engine, in_name: str, x, top: int = 25) -> None:
