@@ -244,8 +244,7 @@ def bench_one(name: str, batch: int, deadline: float, repeat: int, tmp: str,
             t0 = time.perf_counter()
             kw = {"layout": layout} if precision == "fp32" else {"precision": precision,
                                                                   "layout": layout}
-            with map_options(options):
-                e = ptxc.compile(proto, target="cuda", **kw)
+            e = ptxc.compile(proto, target="cuda", pass_options=map_options(options), **kw)
             row["ptxc_compile_s"] = time.perf_counter() - t0
             row["ptxc_compile_stages"] = {k: round(v, 3) for k, v in e.timings.items()}
             return e
@@ -360,27 +359,6 @@ def bench_one(name: str, batch: int, deadline: float, repeat: int, tmp: str,
     return row  # the engine, the model and their device memory go with this frame
 
 
-@contextlib.contextmanager
-def cuda_pipeline(stage: str, edit):
-    """Compiles inside run the cuda target's ``stage`` pipeline text as ``edit(text)``: a stage
-    (``tensor``, ``loop``: compiler.TARGET_STAGE_PIPELINES) or ``layout`` (the channels-last
-    passes, compiler.LAYOUT_PIPELINES). The compile cache keys on both tables."""
-    from ptxc import compiler
-    table = compiler.LAYOUT_PIPELINES if stage == "layout" else \
-        compiler.TARGET_STAGE_PIPELINES["cuda"]
-    key = "cuda" if stage == "layout" else stage
-    had, saved = key in table, table.get(key)
-    table[key] = edit(compiler.LAYOUT_PIPELINES["cuda"] if stage == "layout"
-                      else compiler.stage_pipeline(stage, "cuda"))
-    try:
-        yield
-    finally:
-        if had:
-            table[key] = saved
-        else:
-            del table[key]
-
-
 def with_epilogue(options: str, epilogue: str) -> str:
     """map-to-gpu ``options`` with ``mma-epilogue=epilogue`` in front, unless they name their
     own (the pipeline parser refuses an option given twice)."""
@@ -389,16 +367,15 @@ def with_epilogue(options: str, epilogue: str) -> str:
     return f"mma-epilogue={epilogue} {options}".strip()
 
 
-@contextlib.contextmanager
-def map_options(options: str):
-    """Compiles inside run map-to-gpu with ``options`` (pipeline-text options, space-separated:
-    ``"mma-epilogue=staged tiled-min-reduction=16"``) in the cuda loop pipeline. Empty:
-    unchanged."""
-    if not options:
-        yield
-        return
-    with cuda_pipeline("loop", lambda t: t.replace("map-to-gpu", f"map-to-gpu{{{options}}}")):
-        yield
+def map_options(options: str) -> dict | None:
+    """``compile``'s ``pass_options`` for map-to-gpu ``options`` (pipeline-text options,
+    space-separated: ``"mma-epilogue=staged tiled-min-reduction=16"``); None when empty."""
+    if not options.strip():
+        return None
+    from ptxc.rewrite.pipeline import parse_pipeline
+    (p,) = parse_pipeline(f"map-to-gpu{{{options}}}")     # values read as pipeline text's
+    names = [w.split("=", 1)[0].replace("-", "_") for w in options.split()]
+    return {"map-to-gpu": {k: getattr(p, k) for k in names}}
 
 
 def profile_row(row: dict, engine, in_name: str, x, top: int = 25) -> None:

@@ -107,8 +107,8 @@ def main(argv=None) -> int:
         kw = {"layout": "nhwc", "precision": precision}
         if precision == "int8":
             kw["calibration"] = calibrate(proto, [{"x": x.cpu().numpy()}], "percentile")
-        with bench_gpu.map_options(f"mma-epilogue=staged {args.map_options}".strip()):
-            engine = ptxc.compile(proto, target="cuda", **kw)
+        engine = ptxc.compile(proto, target="cuda", pass_options=bench_gpu.map_options(
+            f"mma-epilogue=staged {args.map_options}".strip()), **kw)
         engine.run_device(feeds)
         torch.cuda.synchronize()
         r = ablate(engine, feeds, x, args.runs)

@@ -70,8 +70,9 @@ def compile_one(model_path: str, calib_path: str | None, precision: str, variant
     os.environ.update(env)    # "env:NAME=VALUE": set for this compile only (workers are reused)
     try:
         t0 = time.perf_counter()
-        with bench_gpu.map_options(bench_gpu.with_epilogue(variant, "staged")):
-            engine = ptxc.compile(onnx.load(model_path), target="cuda", **kw)
+        engine = ptxc.compile(onnx.load(model_path), target="cuda",
+                              pass_options=bench_gpu.map_options(
+                                  bench_gpu.with_epilogue(variant, "staged")), **kw)
         secs = time.perf_counter() - t0
     finally:
         for k, v in saved.items():

@@ -38,7 +38,7 @@ into the ratio.
     OUT=bench_out PYTHONPATH=. python3 bench/resnet50_int8.py --gpu --batch 32
 
 ``--epilogues fragment,staged`` compiles each precision once per mma epilogue
-(ptxc/lower/gpu_map/mma_epilogue.py; the cuda loop pipeline's ``map-to-gpu{mma-epilogue=..}``,
+(ptxc/lower/gpu_map/mma_epilogue.py; map-to-gpu's ``mma-epilogue`` in ``pass_options``,
 :func:`bench/gpu.py map_options`): rows ``fp16/fragment``, ``fp16/staged``, ...; the profile's rows carry
 each kernel's tile (``... epilogue staged``) and the JSON each precision's staged / fragment
 images per second::
@@ -149,16 +149,17 @@ CHANNELS = "channels-"
 STEM_7X7 = "stem-7x7"
 
 
-def _layout_edit(channels, no_s2d: bool):
-    """The edit of the cuda layout passes for a variant: ``channels`` (None: unchanged) the
-    channel multiple, ``no_s2d`` without space-to-depth-stem."""
-    def edit(text: str) -> str:
-        if channels:
-            text = text.replace("channel-multiple=4", f"channel-multiple={channels}")
-        if no_s2d:
-            text = text.replace("space-to-depth-stem,", "")
-        return text
-    return edit
+def _layout_options(channels, no_s2d: bool) -> tuple[dict, dict]:
+    """(pass_options, stage_passes) of ``compile`` for a variant's cuda layout passes:
+    ``channels`` (None: unchanged) to-channels-last's channel multiple, ``no_s2d`` the layout
+    passes without space-to-depth-stem."""
+    from ptxc.pipeline import LAYOUT_PIPELINES
+    pass_options = {"to-channels-last": {"channel_multiple": channels}} if channels else {}
+    stage_passes = {}
+    if no_s2d:
+        stage_passes["layout"] = ",".join(s.text for s in LAYOUT_PIPELINES["cuda"]
+                                          if s.text != "space-to-depth-stem")
+    return pass_options, stage_passes
 
 
 def gpu_main(args) -> int:
@@ -233,9 +234,11 @@ def gpu_main(args) -> int:
                 kw["calibration"] = tables[cal]
                 row["calibration_s"] = round(time.perf_counter() - t0, 1)
             t0 = time.perf_counter()
-            with bench_gpu.map_options(bench_gpu.with_epilogue(map_opts, epilogue)), \
-                    bench_gpu.cuda_pipeline("layout", _layout_edit(channels, STEM_7X7 in words)):
-                engine = ptxc.compile(model_proto, target="cuda", **kw)
+            pass_options, stage_passes = _layout_options(channels, STEM_7X7 in words)
+            pass_options.update(bench_gpu.map_options(bench_gpu.with_epilogue(map_opts,
+                                                                              epilogue)) or {})
+            engine = ptxc.compile(model_proto, target="cuda", pass_options=pass_options,
+                                  stage_passes=stage_passes, **kw)
             row["compile_s"] = round(time.perf_counter() - t0, 1)
             row.update(_kernels(engine))
             if precision == "int8":

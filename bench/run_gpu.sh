@@ -24,7 +24,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-./bench_out}
 mkdir -p "$OUT"
 export OUT PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-# compile times are measured: no compile cache (ptxc.driver.cache) unless asked for
+# compile times are measured: no compile cache (ptxc.plan.cache) unless asked for
 export PTXC_CACHE=${PTXC_CACHE:-0}
 PY=${PYTHON:-python3}
 WHAT=${1:-all}

@@ -3,8 +3,8 @@ and paste its output over that section."""
 import sys, os
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 import light_models as lm, ptxc
-from ptxc.compiler import layout_passes
 from ptxc.explore import op_counts, run_graph_stage
+from ptxc.pipeline import CompileOptions, build_pipeline
 from ptxc.rewrite import PassManager
 print("Op counts of `main` before and after `graph-opt` (`ptxc explore light:NAME --stage graph`")
 print("prints the same table), and after `graph-opt` with `layout=\"nhwc\"` on the cpu target")
@@ -15,7 +15,8 @@ for name in lm.NAMES:
     before = op_counts(m)
     run_graph_stage(m)
     after = op_counts(m)
-    PassManager(layout_passes("nhwc", "cpu")).run(m)
+    PassManager(build_pipeline(CompileOptions.make("cpu", graph_passes=""), "graph",
+                               layout="nhwc")).run(m)   # the cpu target's layout passes
     nhwc = op_counts(m)
     names = sorted(set(before) | set(after) | set(nhwc),
                    key=lambda n: (-before.get(n, 0), -after.get(n, 0), n))

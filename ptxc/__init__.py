@@ -8,6 +8,7 @@ The public API (README.md; the design: docs/design.md):
     outputs = ptxc.interpret(module, {"input": x})     # reference semantics, at any stage
     engine = ptxc.compile("model.onnx", target="cpu") # an Engine; engine.run({"input": x})
     engine = ptxc.compile("model.onnx", target="cuda", arch="sm_90")  # PTX + CUDA runtime
+    engine = ptxc.compile(model, options=ptxc.CompileOptions.make(target="cuda", arch="sm_89"))
     engine.save("model.plan"); engine = ptxc.load("model.plan")       # plan files
     net = ptxc.Network(); ...                          # build a graph in Python
     ptxc.SUPPORTED_OPS                                 # ONNX op types the importer accepts
@@ -27,6 +28,7 @@ from .ir.interpreter import interpret
 from .ir.parser import parse_ir
 from .ir.printer import print_ir
 from .compiler import compile  # noqa: A001  (ptxc.compile, as the design names it)
+from .pipeline import CompileOptions
 from .explore import explore, STAGES  # noqa: F401
 from .frontend.network import Network, Tensor  # noqa: F401
 from .plan.load import load_plan as load
@@ -36,7 +38,7 @@ __version__ = "0.1.0"
 SUPPORTED_OPS: tuple[str, ...] = supported_ops()
 
 __all__ = [
-    "compile", "import_onnx", "Network", "Tensor", "interpret", "parse_ir", "print_ir", "explore", "STAGES", "SUPPORTED_OPS",
+    "compile", "CompileOptions", "import_onnx", "Network", "Tensor", "interpret", "parse_ir", "print_ir", "explore", "STAGES", "SUPPORTED_OPS",
     "PtxcError", "ModelError", "UnsupportedOpError", "ShapeInputError", "ParseError",
     "BindingError", "CompileError", "VerifyError", "NumericsError", "PlanError", "DeviceError",
     "OutOfMemoryError", "CalibrationError", "CalibrationCacheError", "RunError",

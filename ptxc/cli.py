@@ -53,7 +53,7 @@ def _cmd_explore(args) -> int:
         check_output_dir(args.dump_dir, "--dump-dir")
     path = resolve_model(args.model)
     check_model_file(path)
-    text = explore(path, stage=args.stage, passes=args.passes,
+    text = explore(path, stage=args.stage, graph_passes=args.graph_passes,
                    precision=requested_precision(args),
                    precision_overrides=precision_overrides(args),
                    input_shapes=parse_shapes(args.input_shape),
@@ -92,8 +92,6 @@ def _cmd_compile(args) -> int:
     if args.output:
         check_output_path(args.output, "-o")
     engine = compile_from_args(args)
-    if args.no_cuda_graph:
-        engine.cuda_graph = False
     sys.stdout.write(_summary(engine))
     if args.output:
         try:
@@ -158,8 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default cpu; cuda for --stage ptx)"},
         arch={"help": "the CUDA arch of --stage ptx, e.g. sm_90"},
         fp16={"help": "the IR with precision fp16"})
-    e.add_argument("--passes", default=None,
-                   help="pass pipeline, e.g. 'dce,cse' ('' for the graph as imported)")
+    add_options(e, "graph_passes")
     e.add_argument("--print-ir-after-all", action="store_true", help="the IR after every pass")
     e.add_argument("--print-ir-after-change", action="store_true",
                    help="the IR after every pass that changed it")
@@ -168,8 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--dump-constants", action="store_true",
                    help="keep every constant in the --dump-dir files (they then parse back)")
     e.add_argument("--timing", action="store_true", help="report time per pass")
-    e.add_argument("--check-numerics", action="store_true",
-                   help="interpret before and after each pass on random inputs and compare")
+    add_options(e, "check_numerics")
     e.add_argument("--explain", action="store_true",
                    help="for each fusion pattern: where it fired, where it nearly did and why not")
     e.add_argument("--no-report", action="store_true",
@@ -182,9 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
                            ("run", "compile (or load a plan) and run one inference")):
         c = sub.add_parser(name, help=helptext)
         add_model(c, plan_ok=name == "run")
-        add_options(c, "compile", "calib")
-        c.add_argument("--no-cuda-graph", action="store_true",
-                       help="cuda: launch kernel by kernel instead of replaying one CUDA graph")
+        add_options(c, "compile", "calib", "no_cuda_graph")
         if name == "compile":
             c.add_argument("-o", "--output", help="write the engine to this plan file")
             c.set_defaults(fn=_cmd_compile)

@@ -35,10 +35,12 @@ class Option:
     flags: tuple
     kwargs: dict
     compile_only: bool = False   # means nothing to an already compiled plan file
+    #: the compile option (CompileOptions.make's keyword) it sets, or None
+    field: str | None = None
 
     @property
     def dest(self) -> str:
-        return self.flags[-1].lstrip("-").replace("-", "_")
+        return self.kwargs.get("dest") or self.flags[-1].lstrip("-").replace("-", "_")
 
     @property
     def default(self):
@@ -46,33 +48,47 @@ class Option:
                                else None)
 
 
-def _opt(*flags, compile_only=False, **kwargs) -> Option:
-    return Option(flags, kwargs, compile_only)
+def _opt(*flags, compile_only=False, field=None, **kwargs) -> Option:
+    return Option(flags, kwargs, compile_only, field)
 
 
 #: every shared option, by its argparse dest
 OPTIONS = {o.dest: o for o in (
-    _opt("--target", default="auto", compile_only=True,
-         help="cpu, cuda, or auto (the default: cuda where a GPU is present, else cpu)"),
-    _opt("--arch", default=None, compile_only=True,
-         help="cuda: the arch to compile for, e.g. sm_90 (default: PTXC_CUDA_ARCH, the GPU "
-         "here, else sm_90)"),
-    _opt("--precision", default="fp32", compile_only=True,
-         help="fp32 (the default), tf32 or fp16"),
-    _opt("--fp16", action="store_true", compile_only=True, help="compile with precision fp16"),
-    _opt("--int8", action="store_true", compile_only=True, help="compile with precision int8"),
-    _opt("--tf32", action="store_true", compile_only=True, help="compile with precision tf32"),
+    _opt("--target", default="auto", compile_only=True, field="target",
+         help="cpu, cuda, or auto (the default: cuda where a GPU is present or --arch is given, "
+         "else cpu)"),
+    _opt("--arch", default=None, compile_only=True, field="arch",
+         help="cuda: the arch to compile for, e.g. sm_90 or sm_89 (default: PTXC_CUDA_ARCH, the "
+         "GPU here, else sm_90); no GPU is needed to compile for one"),
+    _opt("--precision", default="fp32", compile_only=True, field="precision",
+         help="fp32 (the default), tf32, fp16 or int8"),
+    _opt("--fp16", action="store_true", compile_only=True, field="precision",
+         help="compile with precision fp16"),
+    _opt("--int8", action="store_true", compile_only=True, field="precision",
+         help="compile with precision int8"),
+    _opt("--tf32", action="store_true", compile_only=True, field="precision",
+         help="compile with precision tf32"),
     _opt("--precision-override", action="append", metavar="NODE=fp32", compile_only=True,
+         field="precision_overrides",
          help="keep ONNX node NODE in fp32 under --fp16/--tf32 (repeatable)"),
     _opt("--layout", default="auto", choices=("nchw", "nhwc", "auto"), compile_only=True,
-         help=_LAYOUT_HELP),
+         field="layout", help=_LAYOUT_HELP),
     _opt("--input-shape", action="append", metavar="NAME=DIMS", compile_only=True,
+         field="input_shapes",
          help="bind an input's symbolic dims, e.g. data=1x3x224x224 (repeatable)"),
-    _opt("--calib", metavar="DIR", compile_only=True,
+    _opt("--calib", metavar="DIR", compile_only=True, field="calibration",
          help="int8: calibration data (.npy/.npz files or one sub-folder per batch; "
          "docs/quantization.md)"),
-    _opt("--calib-cache", metavar="FILE", compile_only=True,
+    _opt("--calib-cache", metavar="FILE", compile_only=True, field="calibration_cache",
          help="int8: calibration cache (read when it matches, else written)"),
+    _opt("--passes", default=None, dest="graph_passes", compile_only=True,
+         field="graph_passes",
+         help="the graph stage's pass pipeline, e.g. 'dce,cse' (default graph-opt; '' for the "
+         "graph as imported)"),
+    _opt("--check-numerics", action="store_true", compile_only=True, field="check_numerics",
+         help="interpret before and after each pass on random inputs and compare"),
+    _opt("--no-cuda-graph", action="store_true", field="cuda_graph",
+         help="cuda: launch kernel by kernel instead of replaying one CUDA graph"),
     _opt("--input", action="append", metavar="NAME=FILE.npy",
          help="an input from a .npy file (others: seeded random normal)"),
     _opt("--seed", type=int, default=0, help="seed of the random inputs"),
@@ -202,18 +218,13 @@ PRECISION_FLAGS = {"fp16": "fp16", "int8": "int8", "tf32": "tf32"}
 
 
 def requested_precision(args) -> str:
-    """The precision the flags ask for; refuses one ptxc does not have yet (never fakes it)."""
-    from .compiler import PRECISIONS
+    """The precision the flags ask for (CompileOptions checks that ptxc has it)."""
     asked = [p for flag, p in PRECISION_FLAGS.items() if getattr(args, flag, False)]
     if getattr(args, "precision", None) not in (None, "fp32"):
         asked.append(args.precision)
     if len(set(asked)) > 1:
         raise PtxcError(f"conflicting precisions {sorted(set(asked))}: give one")
-    precision = asked[0] if asked else "fp32"
-    if precision not in PRECISIONS:
-        raise PtxcError(f"precision {precision!r} is not available in this ptxc yet (available: "
-                        f"{', '.join(PRECISIONS)})")
-    return precision
+    return asked[0] if asked else "fp32"
 
 
 def precision_overrides(args) -> dict | None:
@@ -229,8 +240,8 @@ def precision_overrides(args) -> dict | None:
 
 def target_of(args) -> str:
     """The target ``--target``/``--arch`` ask for (``--arch`` with auto means cuda)."""
-    from .compiler import resolve_target
-    return "cuda" if args.target == "auto" and args.arch else resolve_target(args.target)
+    from .pipeline import resolve_target
+    return resolve_target(args.target, args.arch)
 
 
 # ---- files -----------------------------------------------------------------------------------
@@ -280,11 +291,12 @@ def require_gpu() -> None:
                         "inspect work without one; --target cpu runs on this host)")
 
 
-def compile_from_args(args, needs_device: bool = False, cuda_graph_opt: bool = False):
-    """Compile ``args.model`` with the shared compile options (and ``--calib``/
-    ``--calib-cache`` where the command has them)."""
-    from .compiler import compile as compile_model, resolve_target
-    # --arch or --no-cuda-graph ask for the cuda target; otherwise auto picks it where a GPU is
+def compile_options(args, needs_device: bool = False, cuda_graph_opt: bool = False):
+    """The :class:`~ptxc.pipeline.CompileOptions` of the shared compile options in ``args``
+    (``--calib``/``--calib-cache`` where the command has them). ``--arch``, ``--no-cuda-graph``
+    or ``cuda_graph_opt`` (bench's ``--cuda-graph``) ask for the cuda target; with
+    ``needs_device``, a cuda target without a usable GPU is refused here, before compiling."""
+    from .pipeline import CompileOptions, resolve_target
     wants_cuda = bool(args.arch or getattr(args, "no_cuda_graph", False) or cuda_graph_opt)
     target = "cuda" if args.target == "auto" and wants_cuda else resolve_target(args.target)
     if target != "cuda" and wants_cuda:
@@ -293,18 +305,28 @@ def compile_from_args(args, needs_device: bool = False, cuda_graph_opt: bool = F
     if needs_device and target == "cuda":
         require_gpu()  # before a long compile, not after
     precision = requested_precision(args)
-    cuda = {} if target != "cuda" else {"arch": args.arch}
-    path = resolve_model(args.model)
-    check_model_file(path)
     calib = {}
     if getattr(args, "calib", None) or getattr(args, "calib_cache", None):
         if precision != "int8":
             raise PtxcError("--calib and --calib-cache are for --int8")
         calib = {"calibration": args.calib, "calibration_cache": args.calib_cache}
-    return compile_model(path, target=target, precision=precision,
-                         precision_overrides=precision_overrides(args),
-                         input_shapes=parse_shapes(args.input_shape),
-                         layout=getattr(args, "layout", "nchw"), **cuda, **calib)
+    return CompileOptions.make(
+        target=target, arch=args.arch if target == "cuda" else None, precision=precision,
+        precision_overrides=precision_overrides(args),
+        input_shapes=parse_shapes(getattr(args, "input_shape", None)),
+        layout=getattr(args, "layout", "auto"),
+        graph_passes=getattr(args, "graph_passes", None),
+        check_numerics=getattr(args, "check_numerics", False),
+        cuda_graph=not getattr(args, "no_cuda_graph", False), **calib)
+
+
+def compile_from_args(args, needs_device: bool = False, cuda_graph_opt: bool = False):
+    """Compile ``args.model`` with :func:`compile_options`."""
+    from .compiler import compile as compile_model
+    options = compile_options(args, needs_device, cuda_graph_opt)
+    path = resolve_model(args.model)
+    check_model_file(path)
+    return compile_model(path, options=options)
 
 
 def load_engine(args, cuda_graph: str | None = None, needs_device: bool = True):

@@ -98,7 +98,7 @@ def cmd_compare(args) -> int:
                            atol=args.atol, rtol=args.rtol, input_shapes=parse_shapes(
                                args.input_shape), layerwise=args.layerwise, engine=engine,
                            make_feeds=lambda e: make_feeds(e, args.input, args.seed),
-                           layout=args.layout)
+                           layout=args.layout, graph_passes=args.graph_passes)
     sys.stdout.write(report.format())
     if args.json:
         write_json(args.json, report.to_json())
@@ -118,7 +118,7 @@ def add_compare(sub) -> None:
     add_model_options(c, plan_ok=False)
     c.add_argument("--plan", metavar="PLAN", help="compare this plan file's engine instead of "
                    "compiling the model")
-    add_options(c, "tolerance")
+    add_options(c, "tolerance", "graph_passes")
     c.add_argument("--layerwise", action="store_true",
                    help="also compare every intermediate tensor that survives fusion, and name "
                    "the first layer out of tolerance")
@@ -133,9 +133,11 @@ def cmd_bisect(args) -> int:
     from .tools.bisect import bisect_model
     path = resolve_model(args.model)
     check_model_file(path)
-    result = bisect_model(path, passes=args.passes, input_shapes=parse_shapes(args.input_shape),
-                          atol=args.atol, rtol=args.rtol, seed=args.seed,
-                          later_stages=not args.graph_only, target=target_of(args))
+    target = target_of(args)
+    result = bisect_model(path, graph_passes=args.graph_passes,
+                          input_shapes=parse_shapes(args.input_shape), target=target,
+                          arch=args.arch if target == "cuda" else None, atol=args.atol,
+                          rtol=args.rtol, seed=args.seed, later_stages=not args.graph_only)
     sys.stdout.write(result.format())
     return 1 if result.found else 0
 
@@ -144,16 +146,9 @@ def add_bisect(sub) -> None:
     b = sub.add_parser("bisect", help="replay the rewrites one application at a time and name "
                        "the first that changes the result beyond tolerance")
     add_model(b)
-    b.add_argument("--passes", default=None, help="the graph pipeline (default graph-opt)")
-    add_options(b, "input_shape", "target", "arch", "tolerance", "seed",
-                target={"default": "cpu", "help": "the target of the later stages (cpu)"},
-                arch={"help": argparse_suppress()})
+    add_options(b, "graph_passes", "input_shape", "target", "arch", "tolerance", "seed",
+                target={"default": "cpu", "help": "the target of the later stages (cpu)"})
     b.add_argument("--graph-only", action="store_true",
                    help="bisect the graph stage only (skip the pass-by-pass check of the "
                    "tensor and loop stages)")
     b.set_defaults(fn=cmd_bisect)
-
-
-def argparse_suppress():
-    import argparse
-    return argparse.SUPPRESS

@@ -4,8 +4,9 @@
     text = ptxc.explore(model, stage="graph", print_ir_after_all=True)   # every pass, in order
 
 Stages are named as everywhere in ptxc: ``graph``, ``tensor``, ``loop``, ``llvm``, ``ptx``. A
-stage's text is the IR at the end of that stage, after its passes. ``passes=""`` shows the graph
-exactly as imported.
+stage's text is the IR at the end of that stage, after its passes. ``graph_passes=""`` shows the
+graph exactly as imported. The stages run in :func:`ptxc.pipeline.run_stages`, compile's loop;
+explore hooks its printing, dumps, timing and ``explain`` into each stage's PassManager.
 
 From ``loop`` on the text depends on the target: ``target="cuda"`` shows the loop IR after
 ``map-to-gpu`` (``gpu.launch`` kernels), the LLVM IR for NVPTX, and at stage ``ptx`` (cuda's
@@ -27,25 +28,20 @@ from .frontend.load import as_module
 from .ir.core import Operation
 from .ir.printer import print_ir
 
-from .compiler import (STAGE_PIPELINES, STAGES, check_stage,  # noqa: F401  (STAGES re-exported)
-                       stage_pipeline)
+from .pipeline import (STAGE_PIPELINES, STAGES, CompileOptions,  # noqa: F401  (STAGES: API)
+                       check_stage, run_stages)
 
 #: the graph-stage pipeline used when none is given
-DEFAULT_GRAPH_PIPELINE = STAGE_PIPELINES["graph"]
+DEFAULT_GRAPH_PIPELINE = STAGE_PIPELINES["cpu"]["graph"][0].text
 
 
-def run_graph_stage(module: Operation, passes: str | None = None, *, stream=None,
-                    print_ir_after_all=False, print_ir_after_change=False, dump_dir=None,
-                    timing=False, check_numerics=False, explain=None, dump_constants=False):
-    """Run the graph-stage pipeline on ``module`` in place; returns the PassManager used."""
-    from .rewrite.pass_manager import PassManager
-    pipeline = DEFAULT_GRAPH_PIPELINE if passes is None else passes
-    pm = PassManager(pipeline, print_ir_after_all=print_ir_after_all,
-                     print_ir_after_change=print_ir_after_change, dump_dir=dump_dir,
-                     timing=timing, check_numerics=check_numerics, stream=stream,
-                     explain=explain, dump_constants=dump_constants)
-    pm.run(module)
-    return pm
+def run_graph_stage(module: Operation, passes: str | None = None, **pass_manager):
+    """Run the graph stage (``passes``, default ``graph-opt``; nchw, fp32, cpu) on ``module``
+    in place; returns the PassManager used (``pass_manager``: its keywords)."""
+    managers: list = []
+    run_stages(module, "graph", CompileOptions.make("cpu", graph_passes=passes),
+               pass_manager=pass_manager, managers=managers, progress=None)
+    return managers[0]
 
 
 def op_counts(module: Operation) -> dict[str, int]:
@@ -70,16 +66,19 @@ def op_count_report(before: dict[str, int], after: dict[str, int]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def explore(model, stage: str = "graph", *, passes: str | None = None,
+def explore(model, stage: str = "graph", *, graph_passes=None,
             input_shapes: dict | None = None, constant_inputs: dict | None = None,
             precision: str = "fp32", precision_overrides: dict | None = None,
             print_ir_after_all: bool = False, print_ir_after_change: bool = False,
             dump_dir: str | None = None, timing: bool = False, check_numerics: bool = False,
             elide_constants: bool = True, report: bool = False, explain: bool = False,
             target: str | None = None, arch: str | None = None, layout: str = "auto",
-            dump_constants: bool = False) -> str:
+            dump_constants: bool = False, pass_options: dict | None = None,
+            stage_passes: dict | None = None, options: CompileOptions | None = None) -> str:
     """The IR of ``model`` (path, ModelProto, Network or module) at the end of ``stage``, for
     ``target`` (default cpu; cuda for stage ``ptx``); ``arch`` is the CUDA arch of stage ``ptx``.
+    The compile options (``graph_passes``, ``precision``, ``layout``, ``pass_options``, ...)
+    are ``compile``'s (:class:`~ptxc.pipeline.CompileOptions`), or give ``options``.
 
     With ``print_ir_after_all`` the text holds the IR after every pass, then the final IR.
     ``layout`` appends the channels-last passes to the graph stage as ``compile`` does
@@ -89,46 +88,50 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
     comments ahead of the IR. Constants are elided for display unless ``elide_constants=False``
     (which gives text that ``parse_ir`` reads back).
     """
-    if target is None:
-        target = "cuda" if stage == "ptx" else "cpu"
+    check_stage(stage)
+    if options is None:
+        if target is None:
+            target = "cuda" if stage == "ptx" else "cpu"
+        if arch is not None and stage != "ptx":
+            from .errors import CompileError
+            raise CompileError(f"arch={arch!r} chooses the PTX of stage 'ptx'; stage {stage!r} "
+                               "does not depend on it")
+    keywords = {"target": target, "arch": arch, "graph_passes": graph_passes,
+                "input_shapes": input_shapes, "constant_inputs": constant_inputs,
+                "precision": precision, "precision_overrides": precision_overrides,
+                "check_numerics": check_numerics, "layout": layout,
+                "pass_options": pass_options, "stage_passes": stage_passes}
+    options = CompileOptions.from_call("explore", options, keywords, _EXPLORE_DEFAULTS)
+    target = options.kind
     check_stage(stage, target)
-    if arch is not None and stage != "ptx":
-        from .errors import CompileError
-        raise CompileError(f"arch={arch!r} chooses the PTX of stage 'ptx'; stage {stage!r} does "
-                           "not depend on it")
-    module = as_module(model, input_shapes, constant_inputs)
-    from .compiler import graph_pipeline, layout_passes, pipeline_for_arch, resolve_layout
-    extra = layout_passes(resolve_layout(layout, module, target, precision), target)
+    module = as_module(model, **options.import_options())
     before = op_counts(module)
     stream = io.StringIO()
     from .rewrite.explain import Explain
     collector = Explain() if explain else None
-    order = ["graph", "tensor", "loop"]
     last = "loop" if stage in ("llvm", "ptx") else stage
-    managers = []
-    stages = order[:order.index(last) + 1]
-    for i, s_name in enumerate(stages):
+    several = last != "graph"
+
+    def pass_manager(s_name: str) -> dict:
         stage_dump = dump_dir
-        if dump_dir and len(stages) > 1:  # one numbered folder per stage
-            stage_dump = os.path.join(dump_dir, f"{i}-{s_name}")
-        pipeline = stage_pipeline(s_name, target)
-        if s_name == "graph":
-            pipeline = graph_pipeline(passes, precision, precision_overrides, extra)
-        elif target == "cuda":
-            pipeline = pipeline_for_arch(pipeline, arch)
-        managers.append(run_graph_stage(
-            module, pipeline, stream=stream, print_ir_after_all=print_ir_after_all,
-            print_ir_after_change=print_ir_after_change, dump_dir=stage_dump, timing=timing,
-            check_numerics=check_numerics, explain=collector if s_name == "graph" else None,
-            dump_constants=dump_constants))
-        if s_name == "graph":
-            after_graph = op_counts(module)
+        if dump_dir and several:  # one numbered folder per stage
+            stage_dump = os.path.join(dump_dir, f"{STAGES.index(s_name)}-{s_name}")
+        return dict(stream=stream, print_ir_after_all=print_ir_after_all,
+                    print_ir_after_change=print_ir_after_change, dump_dir=stage_dump,
+                    timing=timing, explain=collector if s_name == "graph" else None,
+                    dump_constants=dump_constants)
+
+    managers: list = []
+    after_graph: dict = {}
+    run_stages(module, last, options, pass_manager=pass_manager, managers=managers,
+               progress=None,
+               on_stage=lambda s_name, m: s_name == "graph" and after_graph.update(op_counts(m)))
     out = stream.getvalue()
     if timing:
         out += "".join(m.timing_report() for m in managers)
     if report:
         out += op_count_report(before, after_graph)
-    if check_numerics:  # it raised NumericsError naming the pass otherwise: say it passed
+    if options.check_numerics:  # it raised NumericsError naming the pass otherwise: say so
         n = sum(len(m.pass_times) for m in managers)
         m0 = managers[0]
         out += (f"// check-numerics: passed: {n} passes, each within rtol {m0.numerics_rtol:g}"
@@ -145,8 +148,15 @@ def explore(model, stage: str = "graph", *, passes: str | None = None,
         out += f"// -----// IR at the end of stage {stage} //----- //\n"
     if stage == "ptx":
         from .ptx import lower_to_ptx
-        return out + lower_to_ptx(module, arch=arch).ptx
+        return out + lower_to_ptx(module, arch=options.target.arch).ptx
     if stage == "llvm":
         from .lower.loop_to_llvm import lower_loop_to_llvm
         return out + lower_loop_to_llvm(module, target="nvptx" if target == "cuda" else "cpu").text
     return out + print_ir(module, elide_constants=elide_constants)
+
+
+#: explore's defaults of the compile options it takes (CompileOptions.from_call)
+_EXPLORE_DEFAULTS = {"target": None, "arch": None, "graph_passes": None, "input_shapes": None,
+                     "constant_inputs": None, "precision": "fp32", "precision_overrides": None,
+                     "check_numerics": False, "layout": "auto", "pass_options": None,
+                     "stage_passes": None}

@@ -115,17 +115,17 @@ def conv_model(N, C, H, W, K, R, S, stride=1, pad=0, zx=0, relu=True, residual=F
     return _model(nodes, ins, outs, inits, [N, C, H, W])
 
 
+#: the cpu target's tensor and loop passes (``stage_passes``): a cuda compile's graph stage,
+#: then loops with nothing mapped to the GPU
+UNMAPPED = {"tensor": "lower-graph-to-tensor,fuse-tensor-elementwise",
+            "loop": "lower-tensor-to-loop"}
+
+
 def loop_module(model, layout="nchw", target="cpu"):
     """The model at the loop stage, nothing mapped (``target``'s graph passes: cuda pads
     channels for 16-byte rows)."""
-    from ptxc import compiler
     m = as_module(model)
-    saved = compiler.TARGET_STAGE_PIPELINES[target]
-    compiler.TARGET_STAGE_PIPELINES[target] = {}
-    try:
-        run_stages(m, "loop", target=target, layout=layout)
-    finally:
-        compiler.TARGET_STAGE_PIPELINES[target] = saved
+    run_stages(m, "loop", target=target, layout=layout, stage_passes=UNMAPPED)
     return m
 
 

@@ -111,18 +111,16 @@ def test_cli_compare_exit_status_and_json(tmp_path, capsys, monkeypatch):
     assert main(["compare", path, "--plan", str(plan), "--atol", "1", "--rtol", "1"]) == 0
 
 
-def test_cli_compare_layerwise_names_the_layer(tmp_path, capsys, monkeypatch):
-    import ptxc.compiler as compiler
+def test_cli_compare_layerwise_names_the_layer(tmp_path, capsys):
     path = save(cbr_model(), tmp_path / "m.onnx")
-    monkeypatch.setitem(compiler.STAGE_PIPELINES, "graph", WRONG)
-    assert main(["compare", path, "--target", "cpu", "--layerwise"]) == 1
+    assert main(["compare", path, "--target", "cpu", "--layerwise", "--passes", WRONG]) == 1
     out = capsys.readouterr().out
     assert "PASS t3" in out and "FAIL t6" in out
     assert "first layer out of tolerance: t6 [relu2 (Relu)]" in out
 
 
 def test_bisect_names_the_wrong_pattern(tmp_path, capsys):
-    r = bisect_model(cbr_model(), passes=WRONG, later_stages=False)
+    r = bisect_model(cbr_model(), graph_passes=WRONG, later_stages=False)
     assert r.found and r.culprit.pattern == "AddBecomesSub"
     assert r.culprit.pass_name == "test-wrong-add" and r.culprit.loc == "add1"
     assert r.culprit.op == "graph.add" and "differs" in r.mismatch

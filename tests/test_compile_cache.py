@@ -44,12 +44,14 @@ def test_second_compile_loads_from_the_cache(tmp_path, monkeypatch):
     save(cbr_model(seed=1), tmp_path / "m.onnx")                          # another model
     ptxc.compile(model, target="cpu")
     assert len(calls) == 3
-    monkeypatch.setitem(compiler.STAGE_PIPELINES, "graph", "dce")         # another pipeline
-    ptxc.compile(model, target="cpu")
+    ptxc.compile(model, target="cpu", graph_passes="dce")                 # another pipeline
     assert len(calls) == 4
-    monkeypatch.setitem(compiler.LAYOUT_PIPELINES, "cpu", "to-channels-last")  # layout passes
-    ptxc.compile(model, target="cpu")
+    ptxc.compile(model, target="cpu", stage_passes={"layout": "to-channels-last"})  # layout
     assert len(calls) == 5
+    ptxc.compile(model, target="cpu", pass_options={"lower-tensor-to-loop": {"jam_min_points": 8}})
+    assert len(calls) == 6                                                # a pass's option
+    ptxc.compile(model, target="cpu", graph_passes="dce")
+    assert len(calls) == 6                                                # each one cached
 
 
 def test_cache_off_and_damaged_entries(tmp_path, monkeypatch):

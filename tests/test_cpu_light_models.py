@@ -10,13 +10,9 @@ import pytest
 
 import light_models as lm
 import ptxc
-import ptxc.lower.tensor_to_loop  # noqa: F401  (registers the pass)
-from ptxc.compiler import STAGE_PIPELINES
 from ptxc.driver.cpu import CpuProgram
 from ptxc.lower.loop_to_llvm import lower_loop_to_llvm
-from ptxc.rewrite import PassManager
-
-PIPELINE = ",".join(["graph-opt", STAGE_PIPELINES["tensor"], "lower-tensor-to-loop"])
+from ptxc.pipeline import run_stages
 
 
 @pytest.mark.slow
@@ -25,7 +21,7 @@ def test_light_model_compiled_for_cpu_matches_expected_output(name):
     model = lm.load(name)
     t0 = time.perf_counter()
     module = ptxc.import_onnx(lm.path(name))
-    PassManager(PIPELINE).run(module)
+    run_stages(module, "loop", target="cpu", layout="nchw")   # graph-opt, tensor, loops
     left = [op.name for op in module.walk() if op.name.split(".")[0] in ("graph", "tensor")]
     assert not left, left
     t1 = time.perf_counter()
@@ -48,7 +44,7 @@ def test_light_model_with_random_weights_compiled_for_cpu_matches_onnxruntime(na
     inputs = lm.random_inputs(model, seed=2)
     ref = lm.onnxruntime_outputs(model, inputs)
     module = ptxc.import_onnx(model)
-    PassManager(PIPELINE).run(module)
+    run_stages(module, "loop", target="cpu", layout="nchw")   # graph-opt, tensor, loops
     got = CpuProgram(lower_loop_to_llvm(module))(inputs)
     assert list(got) == list(ref)
     for k in ref:

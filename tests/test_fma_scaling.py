@@ -17,7 +17,9 @@ from hypothesis import given, settings, strategies as st
 
 import int8_ir
 import ptxc
-from ptxc.compiler import graph_pipeline, run_stages, as_module
+from ptxc.compiler import run_stages, as_module
+from ptxc.pipeline import CompileOptions, build_pipeline
+from ptxc.rewrite.pipeline import parse_pipeline
 from ptxc.dialects.loop import parallel_loop, run_main
 from ptxc.driver.cpu import CpuProgram
 from ptxc.errors import CompileError, VerifyError
@@ -160,11 +162,14 @@ def test_fold_qdq_rounds_the_multipliers_only_with_its_option():
 
 
 def test_implicit_int8_sets_the_option():
-    texts = [str(p) for p in graph_pipeline(None, "int8")]
+    def graph(graph_passes, precision):
+        options = CompileOptions.make("cpu", precision=precision, graph_passes=graph_passes)
+        return build_pipeline(options, "graph", layout="nchw")
+    texts = [str(p) for p in graph(None, "int8")]
     assert "fold-qdq{fma-multipliers=true}" in texts
-    assert "fma-multipliers" not in str(graph_pipeline(None, "fp32"))
+    assert not any("fma-multipliers" in str(p) for p in graph(None, "fp32"))
     own = GRAPH_OPT.replace("fold-qdq", "fold-qdq{fma-multipliers=false}")
-    assert graph_pipeline(own, "int8") == own          # a pipeline that says so keeps its own
+    assert graph(own, "int8") == parse_pipeline(own)   # a pipeline that says so keeps its own
 
 
 # ---- the wgmma schedule's bound ----------------------------------------------------------------

@@ -143,12 +143,8 @@ def nhwc_loop(model, precision="fp16", seed=5):
                               None, None, None, None)
     else:
         m = ptxc.compiler.as_module(model)
-    saved = compiler.TARGET_STAGE_PIPELINES["cuda"]
-    compiler.TARGET_STAGE_PIPELINES["cuda"] = {}
-    try:
-        compiler.run_stages(m, "loop", target="cuda", layout="nhwc", precision=precision)
-    finally:
-        compiler.TARGET_STAGE_PIPELINES["cuda"] = saved
+    compiler.run_stages(m, "loop", target="cuda", layout="nhwc", precision=precision,
+                        stage_passes=int8_ir.UNMAPPED)
     return m
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from ptxc import compiler, interpret
+from ptxc import interpret
 from ptxc.compiler import as_module, run_stages
 from ptxc.dialects.func import func_body, get_func
 from ptxc.ir import print_ir
@@ -91,10 +91,18 @@ def test_cpu_pipeline_still_jams():
 
 
 def test_cuda_pipeline_sets_the_option():
-    loop = compiler.TARGET_STAGE_PIPELINES["cuda"]["loop"]
-    assert f"lower-tensor-to-loop{{jam-min-points={compiler.CUDA_JAM_MIN_POINTS}}}" in loop
-    assert compiler.CUDA_JAM_MIN_POINTS == 132 * 2048
-    assert "loop" not in compiler.TARGET_STAGE_PIPELINES["cpu"]
+    """On cuda, jam-min-points is the threads the target's GPU holds at once (an H100 SXM or
+    H200: 132 SMs x 2048); on cpu it keeps its default (always jam)."""
+    from ptxc.pipeline import CompileOptions, build_pipeline
+
+    def lowering(**kw):
+        (p,) = [p for p in build_pipeline(CompileOptions.make(**kw), "loop")
+                if isinstance(p, LowerTensorToLoop)]
+        return p
+    assert lowering(target="cuda", arch="sm_90").jam_min_points == 132 * 2048
+    assert lowering(target="cuda", arch="h100-pcie").jam_min_points == 114 * 2048
+    assert lowering(target="cuda", arch="sm_89").jam_min_points == 58 * 1536   # an L4
+    assert lowering(target="cpu").jam_min_points == LowerTensorToLoop().jam_min_points == 0
 
 
 @needs_ptxas

@@ -257,12 +257,19 @@ def test_wgmma_tiles_option():
 
 
 def test_a_compile_for_another_arch_keeps_mma_sync():
-    from ptxc.compiler import pipeline_for_arch
-    assert pipeline_for_arch("lower-tensor-to-loop,map-to-gpu", "sm_80") == \
-        "lower-tensor-to-loop,map-to-gpu{arch=sm_80}"
-    assert pipeline_for_arch("map-to-gpu{arch=sm_90}", "sm_80") == "map-to-gpu{arch=sm_90}"
-    assert pipeline_for_arch("lower-tensor-to-loop,map-to-gpu", None) == \
-        "lower-tensor-to-loop,map-to-gpu"
+    """A compile's map-to-gpu builds for the compile's arch (its target's), unless the pass
+    names its own."""
+    from ptxc.pipeline import CompileOptions, build_pipeline
+    from ptxc.target import Target
+
+    def mapping(arch, **options):
+        loop = build_pipeline(CompileOptions.make("cuda", arch, **options), "loop")
+        (p,) = [p for p in loop if p.name == "map-to-gpu"]
+        return p
+    assert mapping("sm_80").arch == "sm_80"
+    own = {"loop": "lower-tensor-to-loop,map-to-gpu{arch=sm_90}"}
+    assert mapping("sm_80", stage_passes=own).arch == "sm_90"
+    assert mapping(None).arch == Target.resolve().arch
 
 
 def test_wgmma_programs_build_for_sm_90a_only():

@@ -61,14 +61,8 @@ def test_fp32_stays_off_tensor_cores():
 ])                               # .minnctapersm 1
 def test_light_models_mma_kernels_do_not_spill(name, epilogue):
     import light_models as lm
-    from ptxc import compiler
-    cuda = compiler.TARGET_STAGE_PIPELINES["cuda"]
-    saved = cuda["loop"]
-    cuda["loop"] = saved.replace("map-to-gpu", f"map-to-gpu{{mma-epilogue={epilogue}}}")
-    try:
-        e = ptxc.compile(lm.path(name), target="cuda", precision="fp16", layout="nhwc")
-    finally:
-        cuda["loop"] = saved
+    e = ptxc.compile(lm.path(name), target="cuda", precision="fp16", layout="nhwc",
+                     pass_options={"map-to-gpu": {"mma_epilogue": epilogue}})
     table = _table(e)
     mma = [k.name for k in table.kernels if k.schedule == "mma"]
     assert mma, "no convolution took the mma schedule"

@@ -48,7 +48,7 @@ def test_compile_run_with_overrides_and_the_plan_records_them(model, tmp_path, c
 @pytest.mark.parametrize("argv, message", [
     (["--precision-override", "conv2"], "expected NODE=fp32"),
     (["--fp16", "--precision-override", "nope=fp32"], "names no node"),
-    (["--precision", "fp8"], "precision 'fp8' is not available"),
+    (["--precision", "fp8"], "unknown precision 'fp8'"),
     (["--fp16", "--tf32"], "conflicting precisions ['fp16', 'tf32']"),
 ])
 def test_bad_precision_options_are_one_line_errors(model, capsys, argv, message):

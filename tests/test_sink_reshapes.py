@@ -10,7 +10,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ptxc
-from ptxc import compiler
 from ptxc.compiler import as_module, run_stages
 from ptxc.ir import interpret
 from ptxc.lower.sink_reshapes import collapse_groups
@@ -87,13 +86,13 @@ def test_sinking_fuses_the_transpose_and_keeps_the_results(pad, scale):
                                                if o == "tensor.reshape")
 
 
-def test_cpu_engine_with_the_pass_equals_onnxruntime(monkeypatch):
+def test_cpu_engine_with_the_pass_equals_onnxruntime():
     model = s2d_model(scale_per_channel=True)
     x = np.random.default_rng(2).standard_normal((2, 3, 8, 8)).astype(np.float32)
     ref = ort.InferenceSession(model.SerializeToString(), providers=[
         "CPUExecutionProvider"]).run(None, {"x": x})[0]
-    monkeypatch.setitem(compiler.STAGE_PIPELINES, "tensor", WITH_SINK)
-    got = ptxc.compile(model, target="cpu").run({"x": x})["y"]
+    engine = ptxc.compile(model, target="cpu", stage_passes={"tensor": WITH_SINK})
+    got = engine.run({"x": x})["y"]
     np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
 
 
@@ -151,7 +150,7 @@ def test_a_pad_of_whole_rows_of_the_outermost_merged_dim_moves(low, high, moves)
         assert pad.attr("low")[c] == low // 4 and pad.attr("high")[c] == high // 4
 
 
-def test_space_to_depth_stem_prepares_its_input_in_one_kernel(monkeypatch):
+def test_space_to_depth_stem_prepares_its_input_in_one_kernel():
     """bench/stem_space_to_depth.py's shifted stem on cuda (channels-last fp16): without the
     pass the space-to-depth's transpose is a kernel of its own and the padded input a copy;
     with it one kernel transposes, casts and writes the padded input's interior (and one fills
@@ -168,12 +167,12 @@ def test_space_to_depth_stem_prepares_its_input_in_one_kernel(monkeypatch):
         [numpy_helper.from_array(w, "w")])
     model = s2d.rewrite(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
 
-    def prep_kernels():
-        eng = ptxc.compile(model, target="cuda", layout="nhwc", precision="fp16", arch="sm_90")
+    def prep_kernels(**options):
+        eng = ptxc.compile(model, target="cuda", layout="nhwc", precision="fp16", arch="sm_90",
+                           **options)
         ks = eng.kernels.kernels
         first_mma = next(i for i, k in enumerate(ks) if k.schedule in ("mma", "wgmma"))
         return ks[:first_mma]
     assert len(prep_kernels()) == 2        # one kernel and the fill (cuda runs the pass)
-    monkeypatch.setitem(compiler.TARGET_STAGE_PIPELINES["cuda"], "tensor",
-                        "lower-graph-to-tensor,fuse-tensor-elementwise")
-    assert len(prep_kernels()) == 3        # transpose, transpose + cast into the pad, fill
+    without = {"tensor": "lower-graph-to-tensor,fuse-tensor-elementwise"}
+    assert len(prep_kernels(stage_passes=without)) == 3        # transpose, transpose + cast into the pad, fill

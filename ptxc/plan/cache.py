@@ -10,14 +10,14 @@ replaced. When the folder passes ``PTXC_CACHE_MAX_MB`` (default 4096), the least
 entries go.
 
 The key is a SHA-256 over: the model's bytes (an ONNX path is read; a ModelProto serialized),
-every option of ``compile`` that changes the result (target, arch, precision, input shapes,
-constant inputs, the graph pipeline, the stage and layout pipelines), the host (cpu: triple, CPU
+every option of ``compile`` that changes the result (``CompileOptions.cache_key``: target,
+arch, precision, input shapes, constant inputs, pass options, the passes of every stage), the host (cpu: triple, CPU
 name and features, which the object code depends on) and a hash of ptxc's own source files and the
 llvmlite version, so changing the compiler never serves a stale engine. What a plan cannot carry
 is not cached: a Network or an IR module as the model, ``check_numerics`` (its point is to run
 the passes), int8 (its calibration data would have to be part of the key), ``threads`` (a
-runtime choice: applied after loading). A new option of ``compile`` that changes the engine
-must join the key in ``compile``.
+runtime choice: applied after loading). A new field of ``CompileOptions`` that changes the
+engine must join ``CompileOptions.cache_key``.
 
 Why whole plans and not PTX/object code keyed by the LLVM IR: the Python front of the compiler
 (import, graph/tensor/loop passes) takes most of a ResNet-50 compile's time once codegen is
@@ -96,15 +96,12 @@ def cache_key(model, target: str, options: dict) -> str | None:
     data = _model_bytes(model)
     if data is None:
         return None
-    from ..compiler import LAYOUT_PIPELINES, STAGE_PIPELINES, TARGET_STAGE_PIPELINES
     host = None
     if target == "cpu":
         import llvmlite.binding as llvm
         from ..codegen.host import host_cpu_features
         host = [llvm.get_process_triple(), llvm.get_host_cpu_name(), host_cpu_features()]
     meta = json.dumps({"target": target, "options": _jsonable(options), "host": host,
-                       "pipelines": [STAGE_PIPELINES, TARGET_STAGE_PIPELINES,
-                                     LAYOUT_PIPELINES],
                        "ptxc": _ptxc_fingerprint()}, sort_keys=True, default=str)
     h = hashlib.sha256(meta.encode())
     h.update(hashlib.sha256(data).digest())

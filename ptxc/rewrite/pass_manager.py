@@ -27,6 +27,8 @@
   pass; ``ill_conditioned`` lists (pass, outputs) where that happened, and it is logged.
 * ``explain``: an :class:`~ptxc.rewrite.explain.Explain` that the pattern drivers inside the
   passes record into, under each pass's name.
+* ``before_pass``: a function called with each pass just before it runs (``ptxc bisect`` names
+  the pass its rewrite budget is spent in).
 
 Errors raised inside a pass keep their type and get a note naming the pass; an unexpected Python
 exception becomes a CompileError naming the pass.
@@ -76,7 +78,8 @@ class PassManager:
                  print_ir_after_change: bool = False, dump_dir: str | os.PathLike | None = None,
                  timing: bool = False, check_numerics: bool = False,
                  numerics_rtol: float = 1e-4, numerics_atol: float = 1e-5, stream=None,
-                 seed: int = 0, explain: Explain | None = None, dump_constants: bool = False):
+                 seed: int = 0, explain: Explain | None = None, dump_constants: bool = False,
+                 before_pass=None):
         self.passes = _as_passes(passes)
         self.verify_each = verify_each
         self.print_ir_after_all = print_ir_after_all
@@ -90,6 +93,7 @@ class PassManager:
         self.seed = seed
         self.explain = explain
         self.dump_constants = dump_constants
+        self.before_pass = before_pass
         #: (pass text, seconds, changed) for each pass of the last run
         self.pass_times: list[tuple[str, float, bool]] = []
         #: seconds spent in verification, numerics checks, printing and dumps in the last run
@@ -157,6 +161,8 @@ class PassManager:
         return changed_any
 
     def _run_pass(self, p: Pass, label: str, module: Operation) -> bool:
+        if self.before_pass is not None:
+            self.before_pass(p)
         t0 = time.perf_counter()
         try:
             with collecting(self.explain, p.name):

@@ -65,26 +65,44 @@ class BisectResult:
         return f"{head}\nno rewrite changes the result beyond tolerance\n"
 
 
-def _graph_after(proto_bytes, passes, input_shapes, limit):
-    """(module, applications) after the graph pipeline with at most ``limit`` applications."""
+def _graph_after(proto_bytes, options, limit):
+    """(module, applications) after the graph stage's own passes (``options``' graph passes:
+    the layout passes run with the later stages) with at most ``limit`` pattern
+    applications."""
+    import attrs
+
     from ..compiler import as_module
+    from ..pipeline import run_stages
     from ..rewrite.driver import rewrite_budget
-    from ..rewrite.pipeline import parse_pipeline
-    module = as_module(proto_bytes, input_shapes)
+    module = as_module(proto_bytes, **options.import_options())
     with rewrite_budget(limit) as budget:
-        for p in parse_pipeline(passes):
-            budget.pass_name = p.name
-            p.run(module)
+        run_stages(module, "graph", attrs.evolve(options, layout="nchw", check_numerics=False),
+                   progress=None,
+                   pass_manager={"verify_each": False,
+                                 "before_pass": lambda p: setattr(budget, "pass_name", p.name)})
     return module, budget.log
 
 
-def bisect_model(model, *, passes: str | None = None, input_shapes: dict | None = None,
+def bisect_model(model, *, graph_passes=None, input_shapes: dict | None = None,
+                 target: str = "cpu", arch: str | None = None, options=None,
                  atol: float = 1e-4, rtol: float = 1e-3, seed: int = 0,
-                 later_stages: bool = True, target: str = "cpu") -> BisectResult:
-    """See the module docstring. ``passes``: the graph pipeline (default ``graph-opt``)."""
-    from ..compiler import STAGE_PIPELINES, as_module, run_stages
+                 later_stages: bool = True) -> BisectResult:
+    """See the module docstring. ``graph_passes``: the graph pipeline (default ``graph-opt``);
+    ``target``/``arch``: the later stages' (cpu by default, as explore's: the result does not
+    depend on the machine); or ``options``, a :class:`~ptxc.pipeline.CompileOptions` (fp32:
+    the reference is the fp32 graph)."""
+    import attrs
+
+    from ..compiler import as_module
+    from ..pipeline import CompileOptions, run_stages
     from ..rewrite import numerics
-    passes = STAGE_PIPELINES["graph"] if passes is None else passes
+    options = CompileOptions.from_call(
+        "bisect_model", options, {"graph_passes": graph_passes, "input_shapes": input_shapes,
+                                  "target": target, "arch": arch}, _BISECT_DEFAULTS)
+    if options.precision != "fp32":
+        from ..errors import CompileError
+        raise CompileError(f"bisect compares with the fp32 graph; precision "
+                           f"{options.precision!r} would differ from it at every step")
     if isinstance(model, (str, bytes)) and not isinstance(model, bytes):
         with open(model, "rb") as f:  # read once: every probe imports the same bytes
             data = f.read()
@@ -92,7 +110,7 @@ def bisect_model(model, *, passes: str | None = None, input_shapes: dict | None 
         data = model
     else:
         data = model.SerializeToString()
-    base = as_module(data, input_shapes)
+    base = as_module(data, **options.import_options())
     inputs = numerics.random_inputs(base, seed)
     reference = numerics.run(base, inputs)
     probes = 1
@@ -110,7 +128,7 @@ def bisect_model(model, *, passes: str | None = None, input_shapes: dict | None 
         left.update(names)
         return msg
 
-    full, log = _graph_after(data, passes, input_shapes, None)
+    full, log = _graph_after(data, options, None)
     bad = mismatch(full)
     if bad is None:
         later = None
@@ -121,8 +139,10 @@ def bisect_model(model, *, passes: str | None = None, input_shapes: dict | None 
             logger.addHandler(seen)
             level, logger.level = logger.level, logging.INFO
             try:
-                run_stages(full, "loop", graph_passes="", target=target, check_numerics=True,
-                           numerics_rtol=rtol, numerics_atol=atol)
+                # the graph stage's own passes ran above; its layout passes run here
+                run_stages(full, "loop", attrs.evolve(options, graph_passes="",
+                                                      check_numerics=True),
+                           pass_manager={"numerics_rtol": rtol, "numerics_atol": atol})
             except NumericsError as e:
                 later = str(e)
             finally:
@@ -132,14 +152,14 @@ def bisect_model(model, *, passes: str | None = None, input_shapes: dict | None 
                 left.update(names)
         return BisectResult(len(log), probes, later=later, ill_conditioned=tuple(sorted(left)))
     lo, hi = 0, len(log)          # budget lo matches (0: nothing applied), budget hi does not
-    if mismatch(_graph_after(data, passes, input_shapes, 0)[0]) is not None:
+    if mismatch(_graph_after(data, options, 0)[0]) is not None:
         raise PtxcError("bisect: the graph differs from the reference before any pattern "
                         "applies (a pass that is not a pattern rewrite changes it); run "
                         "`ptxc explore --check-numerics` to name the pass")
     last_msg = bad
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        msg = mismatch(_graph_after(data, passes, input_shapes, mid)[0])
+        msg = mismatch(_graph_after(data, options, mid)[0])
         if msg is None:
             lo = mid
         else:
@@ -161,3 +181,7 @@ class _Counting:
         if len(record.args or ()) >= 2 and isinstance(record.args[1], list):
             self.names.append(record.args[1])
         return True
+
+
+#: bisect_model's defaults of the compile options it takes by keyword
+_BISECT_DEFAULTS = {"graph_passes": None, "input_shapes": None, "target": "cpu", "arch": None}

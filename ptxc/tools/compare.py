@@ -127,13 +127,13 @@ def load_onnx(model):
 
 
 def surviving_tensors(proto, input_shapes=None, layout: str = "nchw",
-                      target: str = "cpu") -> list[str]:
+                      target: str = "cpu", graph_passes=None) -> list[str]:
     """The intermediate tensors of ``proto`` that ptxc's optimized graph still computes, in ONNX
     node order (see the module docstring)."""
     from ..compiler import as_module, run_stages
     from ..dialects.func import func_body, get_func
     module = as_module(proto.SerializeToString(), input_shapes)
-    run_stages(module, "graph", layout=layout, target=target)
+    run_stages(module, "graph", layout=layout, target=target, graph_passes=graph_passes)
     names = {r.name_hint for op in func_body(get_func(module, "main")).ops
              for r in op.results if r.name_hint}
     outputs = {o.name for o in proto.graph.output}
@@ -192,11 +192,12 @@ def node_labels(proto) -> dict:
 def compare_model(model, *, target: str = "cpu", precision: str = "fp32", atol: float = 1e-4,
                   rtol: float = 1e-3, seed: int = 0, inputs: dict | None = None,
                   input_shapes: dict | None = None, layerwise: bool = False,
-                  engine=None, make_feeds=None, layout: str = "nchw") -> CompareReport:
+                  engine=None, make_feeds=None, layout: str = "nchw",
+                  graph_passes=None) -> CompareReport:
     """Run ptxc and onnxruntime on the same inputs and compare (see the module docstring).
     ``engine``: a compiled engine to use instead of compiling (its outputs must be the model's;
     not with ``layerwise``). ``make_feeds(engine)``: the inputs, else seeded random normal
-    (``inputs`` overriding by name)."""
+    (``inputs`` overriding by name). ``graph_passes``: compile's (default graph-opt)."""
     from ..compiler import compile as compile_model
     proto = load_onnx(model)
     layers: list[str] = []
@@ -204,10 +205,11 @@ def compare_model(model, *, target: str = "cpu", precision: str = "fp32", atol: 
         if engine is not None:
             raise PtxcError("layerwise compares a model, not a compiled engine or plan")
         proto, layers = with_outputs(proto, surviving_tensors(proto, input_shapes, layout,
-                                                              target))
+                                                              target, graph_passes))
     if engine is None:
         engine = compile_model(proto, target=target, precision=precision,
-                               input_shapes=input_shapes, layout=layout)
+                               input_shapes=input_shapes, layout=layout,
+                               graph_passes=graph_passes)
     if make_feeds is not None:
         feeds = make_feeds(engine)
     else:

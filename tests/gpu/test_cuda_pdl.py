@@ -9,27 +9,13 @@ pools)."""
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import pytest
 
 import light_models as lm
 import ptxc
-from ptxc import compiler
 
 pytestmark = pytest.mark.gpu
-
-
-@contextlib.contextmanager
-def _map_options(options: str):
-    table = compiler.TARGET_STAGE_PIPELINES["cuda"]
-    saved = table["loop"]
-    table["loop"] = saved.replace("map-to-gpu", f"map-to-gpu{{{options}}}")
-    try:
-        yield
-    finally:
-        table["loop"] = saved
 
 
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
@@ -40,8 +26,7 @@ def test_pdl_engine_equals_the_plain_one_over_many_replays(precision):
         from ptxc.calib import calibrate
         kw["calibration"] = calibrate(model, [lm.random_inputs(model, seed=99)], "minmax")
     pdl = ptxc.compile(model, target="cuda", **kw)
-    with _map_options("pdl=false"):
-        plain = ptxc.compile(model, target="cuda", **kw)
+    plain = ptxc.compile(model, target="cuda", pass_options={"map-to-gpu": {"pdl": False}}, **kw)
     assert all(k.pdl for k in pdl.kernels.kernels)
     assert not any(k.pdl for k in plain.kernels.kernels)
     assert any(k.schedule in ("mma", "wgmma") for k in pdl.kernels.kernels)

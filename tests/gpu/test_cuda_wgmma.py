@@ -4,7 +4,7 @@ torch exports nn.Linear), compiled with ``ptxc.compile(target="cuda", precision=
 against numpy in float64 (relative error below 1e-2 of the output's scale), and the kernel
 table must name the wgmma tile. 4096^3 (BN 256) and 4096 x 512 x 768 (BN 128) take wgmma on
 their own (map-to-gpu ``wgmma=auto``); 512^3 leaves SMs idle, so mma.sync would take it: it is
-forced with ``map-to-gpu{wgmma=on}``, as are the edge cases. (A MatMul whose weight is [K, N]
+forced with ``pass_options={"map-to-gpu": {"wgmma": "on"}}``, as are the edge cases. (A MatMul whose weight is [K, N]
 is N-major: it stays on mma.sync until wgmma's transposed-B descriptors are written.) Skipped without a GPU (marker
 ``gpu``) and on GPUs other than sm_90 (H100/H200)."""
 
@@ -13,7 +13,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ptxc
-import ptxc.compiler as compiler
 
 pytestmark = pytest.mark.gpu
 
@@ -37,11 +36,11 @@ def gemm_model(M, K, N, seed=0):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def compile_fp16(model, monkeypatch, force: bool, options: str = ""):
-    if force:
-        monkeypatch.setitem(compiler.TARGET_STAGE_PIPELINES, "cuda",
-                            {"loop": f"lower-tensor-to-loop,map-to-gpu{{wgmma=on{options}}}"})
-    return ptxc.compile(model, target="cuda", precision="fp16", cache=False)
+def compile_fp16(model, force: bool, options: dict | None = None):
+    """``force``: map-to-gpu with ``wgmma=on`` and ``options``."""
+    pass_options = {"map-to-gpu": {"wgmma": "on", **(options or {})}} if force else None
+    return ptxc.compile(model, target="cuda", precision="fp16", cache=False,
+                        pass_options=pass_options)
 
 
 def check(engine, got, ref, tile):
@@ -57,10 +56,10 @@ def check(engine, got, ref, tile):
     ((512, 512, 128), "f16 wgmma 128x128x64 stages 4 epilogue staged"),
     ((4096, 4096, 4096), "f16 wgmma 128x256x64 stages 4"),
     ((4096, 512, 768), "f16 wgmma 128x64x64 stages 3 epilogue staged")])
-def test_gemm_fp16_on_wgmma(shape, tile, monkeypatch):
+def test_gemm_fp16_on_wgmma(shape, tile):
     M, K, N = shape
     model = gemm_model(M, K, N)
-    engine = compile_fp16(model, monkeypatch, force=M < 4096)
+    engine = compile_fp16(model, force=M < 4096)
     x = np.random.default_rng(1).standard_normal((M, K)).astype(np.float32)
     w = numpy_helper.to_array(model.graph.initializer[0]).astype(np.float64)
     bias = numpy_helper.to_array(model.graph.initializer[1]).astype(np.float64)
@@ -68,10 +67,10 @@ def test_gemm_fp16_on_wgmma(shape, tile, monkeypatch):
     check(engine, engine.run({"x": x})["y"], ref, tile)
 
 
-def test_edges_on_wgmma(monkeypatch):
+def test_edges_on_wgmma():
     """M, N off the tile, K not a multiple of 64: guards and zero-fill on the device."""
     model = gemm_model(200, 328, 136, seed=3)
-    engine = compile_fp16(model, monkeypatch, force=True)
+    engine = compile_fp16(model, force=True)
     x = np.random.default_rng(4).standard_normal((200, 328)).astype(np.float32)
     w = numpy_helper.to_array(model.graph.initializer[0]).astype(np.float64)
     bias = numpy_helper.to_array(model.graph.initializer[1]).astype(np.float64)
@@ -80,17 +79,17 @@ def test_edges_on_wgmma(monkeypatch):
 
 
 @pytest.mark.parametrize("options, tile", [
-    (" wgmma-tiles=[64x128]", "f16 wgmma 64x128x64 stages 4 epilogue staged"),
-    (" wgmma-copies=after-wait", "f16 wgmma 128x256x64 stages 4 after-wait"),
-    (" wgmma-tiles=[64x64] wgmma-copies=after-wait",
+    ({"wgmma_tiles": ["64x128"]}, "f16 wgmma 64x128x64 stages 4 epilogue staged"),
+    ({"wgmma_copies": "after-wait"}, "f16 wgmma 128x256x64 stages 4 after-wait"),
+    ({"wgmma_tiles": ["64x64"], "wgmma_copies": "after-wait"},
      "f16 wgmma 64x64x64 stages 4 after-wait epilogue staged"),
-    (" wgmma-epilogue=fragment wgmma-tiles=[64x64]", "f16 wgmma 64x64x64 stages 4")])
-def test_wgmma_variants(options, tile, monkeypatch):
+    ({"wgmma_epilogue": "fragment", "wgmma_tiles": ["64x64"]}, "f16 wgmma 64x64x64 stages 4")])
+def test_wgmma_variants(options, tile):
     """Session 11's forms: 64-row tiles (one warpgroup), and the copies issued after the wait
     (the default, since session 12, issues them while the tensor core multiplies), on a GEMM
     with edges (M, N off the tile, K % 64 != 0)."""
     model = gemm_model(200, 328, 136, seed=5)
-    engine = compile_fp16(model, monkeypatch, force=True, options=options)
+    engine = compile_fp16(model, force=True, options=options)
     x = np.random.default_rng(6).standard_normal((200, 328)).astype(np.float32)
     w = numpy_helper.to_array(model.graph.initializer[0]).astype(np.float64)
     bias = numpy_helper.to_array(model.graph.initializer[1]).astype(np.float64)

@@ -485,8 +485,8 @@ class FoldQDQPass(Pass):
     #: nearest f32 whose significand is a multiple of 4 (at most 2 ulps): llvm_scalar then
     #: converts and scales the int32 sum with one fma instead of an add and a multiply
     #: (``_scaled_small_int``), the same number. For implicit int8 (``precision="int8"``: the
-    #: scales are ptxc's own calibration's, compiler.graph_pipeline sets it); off for a model's
-    #: own Q/DQ, whose multipliers are onnxruntime's to the bit.
+    #: scales are ptxc's own calibration's, ptxc.pipeline.build_pipeline sets it); off for a
+    #: model's own Q/DQ, whose multipliers are onnxruntime's to the bit.
     fma_multipliers: bool = False
 
     def run(self, module: Operation) -> bool:
