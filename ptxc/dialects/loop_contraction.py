@@ -2,7 +2,7 @@
 ``tensor.conv`` knew about the loop nest it became, for the schedules that take contractions.
 
 lower-tensor-to-loop writes it on every nest it builds from such an op (and only there;
-tensor_to_loop/nest.py, "Contractions"); gpu_map/contraction.py reads it instead of
+tensor_to_loop/named.py, "Contractions"); gpu_map/contraction.py reads it instead of
 recognizing contractions in loop shapes. Its value is four strings::
 
     "loop.parallel"() ({ ^bb0(%i: index, %j: index):
