@@ -32,6 +32,10 @@ Decisions beyond docs/lowering.md:
   buffer that already has a layout.
 * ``loop.alloc`` and ``loop.global`` appear only at the top level of a function (a buffer per
   iteration would need a per-iteration allocation); views may appear anywhere.
+* A ``loop.parallel`` built from a ``tensor.matmul`` or ``tensor.conv`` carries
+  ``contraction = [source, kind, roles, loops]``: what the tensor op knew (which dims are
+  batch, M and N, which loops are K, the element kind), for the schedules that take
+  contractions; the verifier checks it against the nest (loop_contraction.py).
 * Output bindings: the function attribute ``loop.outputs`` lists the names (from ``arg_names``)
   of the arguments that are outputs, in result order; :func:`run_main` allocates them and returns
   them by name.
@@ -70,6 +74,7 @@ from ..ir.builder import Builder
 from ..ir.core import Block, Operation, Region
 from ..ir.spec import Attr, Operand, OpSpec, Result, fail
 from ..ir.types import I1, INDEX, BufferType, ScalarType
+from . import loop_contraction as contraction
 
 #: function attribute: the names of the arguments that are output bindings, in result order
 OUTPUTS_ATTR = "loop.outputs"
@@ -319,7 +324,10 @@ class Parallel(OpSpec):
     operands = ()
     results = ()
     attributes = {"lower": Attr("ints", required=True), "upper": Attr("ints", required=True),
-                  "step": Attr("ints")}
+                  "step": Attr("ints"),
+                  contraction.ATTR: Attr("strs", doc="the nest is a tensor.matmul's or "
+                                         "tensor.conv's: source, kind, the role of each dim, "
+                                         "the reduction loops (loop_contraction.py)")}
     regions = 1
 
     def infer_types(self, op):
@@ -333,6 +341,10 @@ class Parallel(OpSpec):
         if any(s <= 0 for s in step):
             fail(op, f"steps must be positive, are {list(step)}")
         _check_body(op, [INDEX] * len(lo), [])
+        if contraction.ATTR in op.attributes:
+            problem = contraction.check(op)
+            if problem is not None:
+                fail(op, problem)
 
     def reference(self, op, args, interp):
         lo, hi = op.attributes["lower"], op.attributes["upper"]

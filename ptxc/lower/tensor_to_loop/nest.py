@@ -67,6 +67,10 @@ block's conv, ``s`` its shortcut)::
     threads, 16 bytes per operand and pixel          reads 64 contiguous bytes per operand
     per thread (about 13 us on the H200)             and pixel
 
+**Contractions.** The nest of a ``tensor.matmul`` or ``tensor.conv`` carries the
+``contraction`` annotation, each nest as built (after the unroll-and-jam and the split into a
+main nest and a remainder): named.py, :func:`~.named.annotation`.
+
 **Pads along the innermost dim** (:class:`PadFill`; plan.py decides when). A ``tensor.pad``
 whose last dim is padded, reading the result of an all-parallel generic that nothing else
 reads, is written by that generic's nest (so is one whose last padded dim has at most 16 bytes
@@ -105,12 +109,14 @@ import numpy as np
 
 from ...dialects.graph.scalar_forms import constant_attr
 from ...dialects.loop import for_loop, parallel_loop
+from ...dialects.loop_contraction import ATTR
 from ...dialects.tensor.maps import row_terms
 from ...errors import CompileError
 from ...ir.builder import Builder
 from ...ir.core import Block, Operation, Value
 from ...ir.spec import make_op
 from ...ir.types import INDEX, ScalarType
+from .named import annotation
 
 
 class Scope:
@@ -250,6 +256,7 @@ class NestSpec:
     targets: list                 # per final value: list[Target]
     epilogue: Stage | None = None
     pad: PadFill | None = None    # a pad border written by this (all-parallel) nest
+    contraction: tuple | None = None   # (source, kind): the op is a matmul's or conv's generic
 
 
 def parallel_order(bounds, iters, ranges, store_map) -> list[int]:
@@ -479,6 +486,11 @@ class NestEmitter:
         lw = self.lw
         loop, pb, ivs = parallel_loop(Builder.at_end(lw.body), [ranges[d][0] for d in order],
                                       [ranges[d][1] for d in order], steps, loc=spec.op.loc)
+        factors = spec.main.args[:2]
+        if spec.contraction is not None and all(isinstance(x, Load) for x in factors):
+            mark = annotation(spec.contraction, [x.map for x in factors], order, red)
+            if mark is not None:
+                loop.attributes[ATTR] = mark
         lw.anchor = loop
         try:
             for d, iv in zip(order, ivs):
