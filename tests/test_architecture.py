@@ -12,6 +12,8 @@
 * No module is over 600 lines.
 * The registries are tables: every op declared under ptxc/ is in the op registry, every tagged
   ONNX converter in the converter table.
+* tests/ holds only test_*.py, conftest.py and __init__.py at its top level (folders and data
+  files aside): a helper that tests import goes to tests/support/.
 
 Cycles and long modules that exist today and are being worked on are listed below with a
 reason. The lists can only shrink: a listed entry that no longer holds fails the test, which
@@ -232,3 +234,15 @@ def test_every_tagged_converter_is_in_the_converter_table():
                     missing.append(f"{m}.{name} ({t})")
     assert not missing, ("tagged with @converter but not in the table (add the module to "
                          f"ptxc.frontend.convert.table.MODULES): {sorted(missing)}")
+
+
+# ---- tests/ layout ----------------------------------------------------------------------------
+
+def test_tests_top_level_holds_only_tests():
+    tests = ROOT / "tests"
+    allowed = ("conftest.py", "__init__.py")
+    strays = sorted(p.name for p in tests.glob("*.py")
+                    if not p.name.startswith("test_") and p.name not in allowed)
+    assert not strays, (f"modules at the top of tests/ that are not tests: {strays} (a helper "
+                        "that tests import goes to tests/support/: from support.NAME import ...)")
+    assert (tests / "support" / "__init__.py").is_file()

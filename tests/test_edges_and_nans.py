@@ -12,7 +12,7 @@
 
 import numpy as np
 import pytest
-from loop_ir import const, load, module, op
+from support.loop_ir import const, load, module, op
 from test_tensor_to_loop import empty, generic, three_ways
 
 from ptxc.dialects.loop import for_loop, parallel_loop, run_main

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-import light_models as lm
+from support import light_models as lm
 import ptxc
 from ptxc import interpret
 from ptxc.dialects.func import func_body, functions
@@ -25,8 +25,8 @@ from ptxc.lower.gpu_map import SCHEDULES, MapToGpu
 from ptxc.lower.gpu_map.common import block_size, delinearize, grid_size
 from ptxc.rewrite import PassManager, get_pass
 
-from loop_ir import const, load, module, op, store
-from one_node import make_model, rand
+from support.loop_ir import const, load, module, op, store
+from support.one_node import make_model, rand
 from property.strategies import graphs
 
 TO_LOOP = "lower-graph-to-tensor,fuse-tensor-elementwise,lower-tensor-to-loop"

@@ -8,7 +8,7 @@ without spills; on a GPU (``gpu`` marker) it gives the interpreter's answer.
 import numpy as np
 import pytest
 
-from contraction_ir import conv_model, inputs_for, loop_module, matmul_model
+from support.contraction_ir import conv_model, inputs_for, loop_module, matmul_model
 from ptxc.dialects.loop import run_main
 from ptxc.lower.gpu_map import contraction, mma
 from ptxc.ptx import assemble, lower_to_ptx, ptxas_path

@@ -11,8 +11,8 @@ interpreter's answer.
 import numpy as np
 import pytest
 
-import contraction_ir
-import int8_ir
+from support import contraction_ir
+from support import int8_ir
 import ptxc
 from ptxc.dialects.loop import run_main
 from ptxc.lower.gpu_map import contraction, mma, mma_epilogue

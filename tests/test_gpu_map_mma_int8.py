@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ptxc
-from int8_ir import conv_model, gemm_model, inputs_for, loop_module, matmul_integer_model
+from support.int8_ir import conv_model, gemm_model, inputs_for, loop_module, matmul_integer_model
 from ptxc.dialects.loop import run_main
 from ptxc.lower.gpu_map import contraction, mma
 from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
@@ -177,8 +177,8 @@ def test_int8_mma_on_gpu_is_bit_exact(case):
 
 @pytest.fixture(scope="module")
 def qdq_cnn():
-    """tests/qdq_models.small_cnn quantized by onnxruntime (asymmetric int8 activations)."""
-    from qdq_models import quantize_qdq, small_cnn
+    """tests/support/qdq_models.small_cnn quantized by onnxruntime (asymmetric int8 activations)."""
+    from support.qdq_models import quantize_qdq, small_cnn
     rng = np.random.default_rng(3)
     return quantize_qdq(small_cnn(), [{"x": rng.standard_normal((1, 3, 16, 16)).astype(
         np.float32)} for _ in range(8)])

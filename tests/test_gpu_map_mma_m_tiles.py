@@ -12,8 +12,8 @@ import attrs
 import numpy as np
 import pytest
 
-import contraction_ir
-import int8_ir
+from support import contraction_ir
+from support import int8_ir
 from ptxc.dialects.loop import run_main
 from ptxc.lower.gpu_map import mma, mma_prefetch
 from ptxc.ptx import assemble, lower_to_ptx, ptxas_path

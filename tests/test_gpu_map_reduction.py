@@ -7,8 +7,8 @@ lengths (tails), steps and offsets, nested chains and initial values other than 
 
 import numpy as np
 import pytest
-from loop_ir import const, load, module, op
-from one_node import make_model, rand
+from support.loop_ir import const, load, module, op
+from support.one_node import make_model, rand
 from onnx import helper
 
 from ptxc.compiler import as_module, run_stages

@@ -9,8 +9,8 @@ that cannot fit)."""
 
 import numpy as np
 import pytest
-from loop_ir import const, load, module, op
-from one_node import make_model, rand
+from support.loop_ir import const, load, module, op
+from support.one_node import make_model, rand
 from onnx import TensorProto, helper, numpy_helper
 
 from ptxc.compiler import as_module, run_stages

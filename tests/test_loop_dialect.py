@@ -13,7 +13,7 @@ from ptxc.errors import BindingError, CompileError, ParseError, VerifyError
 from ptxc.ir import DenseElements, parse_ir, print_ir, verify
 from ptxc.ir.types import F16, F32, F64, I1, I32, I64, INDEX, BufferType, ScalarType
 
-from loop_ir import const as c, load, module, op, store
+from support.loop_ir import const as c, load, module, op, store
 
 
 def buf(shape, el=F32, strides=None, offset=0):

@@ -12,7 +12,7 @@ import re
 import attrs
 import pytest
 
-from contraction_ir import loop_module, matmul_model
+from support.contraction_ir import loop_module, matmul_model
 from ptxc.dialects.loop import run_main
 from ptxc.lower.gpu_map import MapToGpu, mma_epilogue, wgmma
 from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
@@ -63,7 +63,7 @@ def test_int8_staged_kernel_is_bit_exact(case, tiles):
     """int8 GEMMs with the requantizing epilogue (a fused residual, edges, 64-row tiles, BN 256)
     through the staging region: the mapped kernel equals the nest and the graph interpreter
     bit for bit; the region holds i32 sums, whose reads carry the accumulator bound."""
-    from int8_ir import gemm_model
+    from support.int8_ir import gemm_model
     from test_gpu_map_mma_int8 import check_exact
     model = gemm_model(**INT8_GEMMS[case])
     m, x, ref, want = _int8_mapped(model, tiles)
@@ -117,7 +117,7 @@ def test_int8_staged_kernel_assembles_and_stores_runs(tiles, store):
     """In the PTX (sm_90a): no spills; each lane stores its BN / 16 consecutive int8 of a row
     as one store (16 lanes across a row: 4 bytes at BN 64, 8 at BN 128) where the fragment
     epilogue stores byte pairs."""
-    from int8_ir import gemm_model
+    from support.int8_ir import gemm_model
     model = gemm_model(M=256, K=256, N=128)
     stores = {}
     for epi in ("fragment", "staged"):
