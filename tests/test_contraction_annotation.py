@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ptxc
-from contraction_ir import loop_module, matmul_model
+from support.contraction_ir import loop_module, matmul_model
 from ptxc.compiler import as_module, run_stages
 from ptxc.dialects.func import func_body, functions
 from ptxc.dialects.loop_contraction import ATTR, annotation
