@@ -80,7 +80,7 @@ def test_conv_nests_name_their_roles():
 
 
 def test_int8_conv_is_s8():
-    import int8_ir
+    from support import int8_ir
     m = as_module(int8_ir.conv_model(2, 16, 8, 8, 32, 3, 3, pad=1))
     run_stages(m, "loop")
     kinds = {op.attributes[ATTR][:2] for op in marked(m)}
