@@ -41,7 +41,6 @@ KNOWN_CYCLES = {
 KNOWN_LONG_MODULES = {
     "ptxc/lower/gpu_map/mma.py": "the mma mapping, to be split with issue 34's codegen/",
     "ptxc/lower/gpu_map/tiled.py": "the tiled mapping, to be split with issue 34's codegen/",
-    "ptxc/dialects/loop.py": "the loop dialect: ops, layouts and the interpreter's memory",
     "ptxc/lower/tensor_to_loop/nest.py": "loop nest building, to be split",
 }
 
