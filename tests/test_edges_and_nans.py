@@ -76,7 +76,7 @@ def test_compiled_float_max_min_propagate_nan_from_either_side():
 @pytest.mark.parametrize("el", [F32, F64, F16])
 def test_compiled_max_min_against_signed_zeros_match_numpy(el):
     """max(x, +0.0) (a relu) and min(x, -0.0) compile to llvm.maximum/minimum for f32/f64
-    (llvm_scalar's _tie_free_bound): NaN propagates and a tie gives numpy's zero; max(x, -0.0)
+    (llvm_bounds' _tie_free_bound): NaN propagates and a tie gives numpy's zero; max(x, -0.0)
     and min(x, +0.0), whose ties numpy breaks the other way, stay compare-and-select. All four
     equal numpy on NaN, +-0, +-inf and ordinary values, sign of zero included."""
     t = BufferType((8,), el)

@@ -1,4 +1,4 @@
-"""The requantization's cast without its NaN select (llvm_scalar ``_finite_bound`` and
+"""The requantization's cast without its NaN select (llvm_bounds ``_finite_bound`` and
 ``ScalarEmitter._rounded_to_int``): where the value being rounded provably is never NaN (an
 accumulator converted to f32 and scaled by constant weights) the MAGIC form drops ``select(isnan(x),
 0, r)``; on sm_90 that is a ``setp.nan`` and a ``selp`` per output element. The bound analysis on
@@ -17,7 +17,7 @@ from ptxc.dialects.loop import parallel_loop, run_main
 from ptxc.driver.cpu import CpuProgram
 from ptxc.ir import DenseElements
 from ptxc.ir.types import F16, F32, I32, ScalarType
-from ptxc.lower.llvm_scalar import OFFSET_MAGIC, OFFSET_MAGIC_BITS, _finite_bound
+from ptxc.lower.llvm_bounds import OFFSET_MAGIC, OFFSET_MAGIC_BITS, _finite_bound
 from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
 from ptxc.rewrite.pass_manager import PassManager
 from support.loop_ir import const as c, load, module, op, store

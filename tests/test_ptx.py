@@ -479,7 +479,7 @@ def run_on_gpu(p: PtxProgram, inputs: dict) -> dict:
     import cuda.core as cc
     from numba import cuda
 
-    from ptxc.dialects.loop import allocate
+    from ptxc.dialects.loop_memory import allocate
     t = p.table
     host = []
     for s in t.slots:

@@ -23,7 +23,8 @@ from ..ir.core import BlockArgument, Operation, OpResult, Value
 from ..ir.types import BufferType
 from . import llvm_tensorcore, llvm_wgmma
 from .llvm_fold import FoldingBuilder, const_int
-from .llvm_scalar import I64, ScalarEmitter, align_of, index_type, memory_type
+from .llvm_scalar import ScalarEmitter
+from .llvm_types import I64, align_of, index_type, memory_type
 
 _ERROR = object()  # the error flag's key among a kernel's roots (it has no IR value)
 
@@ -265,7 +266,7 @@ class _Kernel(ScalarEmitter):
     # ---- memory -------------------------------------------------------------------------------
     def address(self, buf: Value, indices) -> ir.Value:
         """The pointer to ``buf[indices]``: the element offset ``sum(index * stride) + offset``
-        in i64, then one GEP. A 32-bit index (llvm_scalar.index_bits) is widened first
+        in i64, then one GEP. A 32-bit index (llvm_types.index_bits) is widened first
         (:meth:`wide_index`), so accesses that share a coordinate share its 64-bit term
         and neighbouring accesses differ by a constant, which NVPTX folds into the
         instruction (``ld.global.v4.u32 [%rd7+64]``); summing in 32 bits and widening the
