@@ -416,7 +416,13 @@ _SREG = {"gpu.block_id": "ctaid", "gpu.thread_id": "tid"}
 #: binding buffers are allocations, and run_device binds a caller's pointer only when it is
 #: 256-byte aligned (ptxc.driver.cuda_interop.BIND_ALIGN; else it copies).
 PARAM_ALIGN = 16
-#: bytes of static ``__shared__`` memory a kernel may declare; more goes to dynamic shared memory
+#: bytes of static ``__shared__`` memory a kernel may declare; more goes to dynamic shared memory.
+#: A CUDA constant, not a target's: every arch from sm_20 to sm_90 caps static shared memory at
+#: 48 KB (CUDA C Programming Guide, "Shared Memory": more needs a dynamic allocation and the
+#: per-kernel opt-in), and the emitter has no target on purpose: where a kernel's shared
+#: memory lives (static ``.shared`` arrays or the dynamic extern) is then the same for every
+#: arch, so the LLVM IR of a loop module does not depend on the GPU. It equals
+#: ``Target.shared_per_block_static``, which the schedules read (tiled, reduction).
 STATIC_SHARED_LIMIT = 48 * 1024
 #: the extern array every kernel's dynamic shared memory starts at (``extern __shared__``)
 DYNAMIC_SHARED = "ptxc_dynamic_shared"
