@@ -88,9 +88,12 @@ class _Kernel(ScalarEmitter):
         self.vals[op.results[0]] = b.trunc(w, raw.type) if raw.type.width < 64 else w
 
     # ---- structure ----------------------------------------------------------------------------
-    def loop(self, start, stop, step: int, body, carried=()):
+    def loop(self, start, stop, step: int, body, carried=(), rolled: bool = False):
         """``for (iv = start; iv < stop; iv += step)`` with carried values; ``body(iv, carried)``
-        returns the next carried values. Returns the carried values after the loop."""
+        returns the next carried values. Returns the carried values after the loop. ``rolled``
+        (``loop.for {rolled}``): the latch carries ``llvm.loop.unroll.disable`` (no unrolling
+        in LLVM; NVPTX prints ``.pragma "nounroll"`` in the loop header, so ptxas keeps it
+        rolled too)."""
         b = self.b
         pre = b.block
         header = self.fn.append_basic_block("loop")
@@ -113,12 +116,24 @@ class _Kernel(ScalarEmitter):
         nxt = body(iv, phis)
         nxt_iv = b.add(iv, ir.Constant(ty, step), flags=["nsw"])
         latch = b.block
-        b.branch(header)
+        br = b.branch(header)
+        if rolled:
+            br.set_metadata("llvm.loop", self._rolled_loop_id())
         iv.add_incoming(nxt_iv, latch)
         for p, v in zip(phis, nxt):
             p.add_incoming(v, latch)
         b.position_at_end(done)
         return phis
+
+    def _rolled_loop_id(self):
+        """A new loop ID (distinct per loop: its first operand is itself) asking for no
+        unrolling. Made as an ``MDValue`` of its own, not through ``add_metadata``, whose cache
+        would hand every loop the same node."""
+        m = self.m
+        disable = m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.disable")])
+        md = ir.values.MDValue(m, [disable], name=str(len(m.metadata)))
+        md.operands = (md, disable)
+        return md
 
     def nest(self, dims, body, outer_split=False):
         """Loops over ``dims`` (lower, upper, step) in order, ``body(ivs)`` innermost. With
@@ -195,7 +210,8 @@ class _Kernel(ScalarEmitter):
         elif op.attr("unroll"):
             outs = self.unrolled(block, range(lo, hi, st), inits)
         else:
-            outs = self.loop(lo, hi, st, lambda iv, c: self.block(block, [iv, *c]), inits)
+            outs = self.loop(lo, hi, st, lambda iv, c: self.block(block, [iv, *c]), inits,
+                             rolled=bool(op.attr("rolled")))
         for r, v in zip(op.results, outs):
             self.vals[r] = v
 

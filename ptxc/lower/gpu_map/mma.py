@@ -173,6 +173,13 @@ KIND = {"f16": ("m16n8k16", 16, 32, 8), "tf32": ("m16n8k8", 8, 16, 4),
 TYPES = {"f16": (F16, F32), "tf32": (F32, F32), "s8": (I8, I32)}
 #: kind -> the target feature (ptxc.target.FEATURES) its mma.sync needs
 FEATURE = {"f16": "mma_f16", "tf32": "mma_tf32", "s8": "mma_s8"}
+#: on targets below this arch the K loop is kept rolled (``loop.for {rolled}``: PTX's nounroll
+#: pragma). ptxas for sm_80 to sm_89 unrolls a main loop whose trip count it knows, and the
+#: unrolled kernel outgrows its registers: SqueezeNet's last conv (32 x 64 tiles, 8 K tiles of
+#: 64) took 255 registers and 52 bytes of spills on sm_86, 120 and none rolled; sm_90's ptxas
+#: keeps that loop rolled by itself (120 registers), so sm_90's PTX stays as it was. A rolled
+#: main loop is also what CUTLASS's mainloops are (their trip count is a runtime value).
+ROLLED_K_LOOP_BELOW_SM = 90
 
 
 @attrs.frozen
@@ -564,6 +571,8 @@ class _Builder:
         self.base[id(c.a)] = mul(tb, first if t is None else add(tb, first, t), cfg.bm)
         self.slot = None if n_slots == 1 else _rem(tb, t, n_slots)
         loop, fb, kt, carried = for_loop(tb, 0, self.kts, 1, inits=[zero] * (mi_n * ni_n * 4))
+        if self.target.sm < ROLLED_K_LOOP_BELOW_SM:
+            loop.attributes["rolled"] = True
         i = kt if t is None else add(fb, mul(fb, t, self.kts), kt)
         fb.create("gpu.cp_async_wait", [], {"pending": cfg.stages - 2})
         barrier(fb)
