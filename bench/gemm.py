@@ -71,9 +71,10 @@ def ptxc_kernel(M, K, N, cfg=None, precision="fp16", kmajor_b=False, wgmma="auto
     from ptxc.lower.gpu_map import mma
     from ptxc.ptx import lower_to_ptx
     from ptxc.rewrite import PassManager
+    from ptxc.target import Target
     m = loop_gemm(M, K, N, precision, kmajor_b)
     if cfg is not None:
-        mma.build_all(m, cfg)
+        mma.build_all(m, cfg, Target.resolve())
     PassManager(f"map-to-gpu{{wgmma={wgmma}}}").run(m)
     scheds = [o.attributes["schedule"] for o in m.walk() if o.name == "gpu.launch"]
     return lower_to_ptx(m), scheds
@@ -95,7 +96,8 @@ def search_space(M, K, N, precision="fp16", min_tile=128 * 128):
     m = loop_gemm(M, K, N, precision)
     c = next(contraction.analyze(o) for o in m.walk()
              if o.name == "loop.parallel" and contraction.analyze(o) is not None)
-    return [x for x in mma.candidates(c) if x.bm * x.bn >= min_tile and x.stages >= 3
+    from ptxc.target import Target
+    return [x for x in mma.candidates(c, Target.resolve()) if x.bm * x.bn >= min_tile and x.stages >= 3
             and x.threads <= 256]
 
 

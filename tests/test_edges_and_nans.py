@@ -22,6 +22,9 @@ from ptxc.ir import verify
 from ptxc.ir.types import F16, F32, F64, BufferType
 from ptxc.lower.gpu_map import tiled as T
 from ptxc.lower.loop_to_llvm import lower_loop_to_llvm
+from ptxc.target import Target
+
+SM90 = Target.preset("sm_90")    # an H100 SXM: 132 SMs, 227 KiB of shared memory per block
 
 RNG = np.random.default_rng(2026)
 
@@ -118,7 +121,7 @@ def test_tiled_edge_threads_read_nothing_past_a_global_operand():
                   "d": BufferType((m_, n_, k_), F32), "y": BufferType((m_, n_), F32)},
                  ["y"], body)
     (nest,) = [o for o in mod.walk() if o.name == "loop.parallel"]
-    plan = T.plan(T.analyze(nest))
+    plan = T.plan(T.analyze(nest), SM90)
     assert sorted(box.group.buffer.type.shape for box in plan.boxes) == [(m_, k_), (k_, n_)]
     launch = T.schedule(nest, None)
     nest.erase()

@@ -16,6 +16,9 @@ from ptxc.dialects.loop import run_main
 from ptxc.lower.gpu_map import contraction, mma
 from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
 from ptxc.rewrite import PassManager
+from ptxc.target import Target
+
+SM90 = Target.preset("sm_90")    # an H100 SXM: 132 SMs, 227 KiB of shared memory per block
 
 needs_ptxas = pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not installed here")
 
@@ -79,7 +82,7 @@ def test_layouts_and_split_k():
     assert c.kind == "s8" and (c.M, c.N, c.K) == (32, 32, 2048)
     # A row-major, the constant B stored [N, K] (transpose_b): both K-major 16-byte copies
     assert mma.layout(c, c.a) == mma.layout(c, c.b) == mma.Layout(kmajor=True, vector=True)
-    cfg = mma.choose(c)
+    cfg = mma.choose(c, SM90)
     assert cfg.bk == 128 and cfg.splits > 1                # deep K tiles, split-K
     m2 = loop_module(gemm_model(48, 40, 32))
     (c2,) = _contractions(m2)

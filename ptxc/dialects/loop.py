@@ -220,7 +220,13 @@ class For(OpSpec):
                                      "branch), so that the loads of every iteration can be in "
                                      "flight together; the semantics are unchanged (the "
                                      "pointwise GPU schedule sets it on a thread's short inner "
-                                     "loops)")}
+                                     "loops)"),
+                  "rolled": Attr("bool", default=False,
+                                 doc="keep the loop rolled in the generated code (LLVM's "
+                                     "llvm.loop.unroll.disable, PTX's nounroll pragma: ptxas "
+                                     "unrolls no further); the semantics are unchanged (the mma "
+                                     "schedule sets it on its K loop where ptxas would unroll it "
+                                     "into spills)")}
     regions = 1
 
     def infer_types(self, op):

@@ -46,8 +46,8 @@ its int32 conv sums and int8 shortcut; a load no reduction dim indexes, such as 
 scale, is read once per point and does not count). There the jam only divides the threads by
 ``u``. So the pass option ``jam-min-points`` (0, the default, and the cpu target's: every such
 nest is jammed) jams a streaming reduction only while that leaves it at least that many points;
-the cuda pipeline sets it to the threads an H200 holds at once (compiler.CUDA_JAM_MIN_POINTS,
-132 x 2048), so one too small to fill the GPU jammed gets one point per output instead. A nest
+the cuda pipeline sets it to the threads its target holds at once (``Target.resident_threads``:
+the target's SM count x its threads per SM), so one too small to fill the GPU jammed gets one point per output instead. A nest
 with a reduction operand some points share (a load indexed by a reduction dim and invariant to a
 parallel dim of more than one point) is jammed whatever its size: every contraction (matmul,
 conv, depthwise conv: gpu_map's tiled and mma schedules and contraction.py are written for the
