@@ -132,9 +132,9 @@ def _quantize_residual_branches(body, amax, int8_layers) -> None:
     TensorRT stores the shortcut in int8. Its layer then ends in the Q (fold-qdq: an int8
     result, a quarter of the bytes) and the other layer takes the add into its epilogue with an
     int8 residual (fuse-epilogues, fold-qdq's output units). Without it the shortcut conv wrote
-    f32 and the block's last conv read it: in ResNet-50 b32 on the H200, layer 1's shortcut
-    conv took 32 us and the conv reading its output 50 us, against 43 us for the conv of the
-    next block, whose residual is int8. An add whose operand is already dequantized (an
+    f32 and the block's last conv read it: in ResNet-50 both that shortcut conv and the conv
+    reading its f32 output were slower than the next block's, whose residual is int8
+    (bench/history/2026-12-02.md). An add whose operand is already dequantized (an
     identity shortcut: the previous block's output, paired as a conv input) has nothing to do."""
     order = {op: i for i, op in enumerate(body.ops)}
     for op in list(body.ops):

@@ -38,8 +38,8 @@ instead, copying only what cannot be bound: :mod:`ptxc.driver.cuda_interop`.) Ev
 kernel gets is fixed at setup (arena, weights, binding buffers), so the launches of one
 inference are the same every time: with ``cuda_graph`` (the default) they are captured once,
 at the first run, into a CUDA graph (``stream.create_graph_builder()``) that every later run
-replays with one ``graph.launch(stream)`` — about 1 µs a kernel instead of 6 measured on an H200
-(docs/design.md). ``cuda_graph = False`` launches each kernel directly; the switch can be flipped
+replays with one ``graph.launch(stream)`` — a fraction of a direct launch's host time per
+kernel (docs/design.md). ``cuda_graph = False`` launches each kernel directly; the switch can be flipped
 between runs (the graph, once built, is kept).
 
 **Errors.** Any CUDA failure is a :class:`DeviceError` naming the step (module load, a launch

@@ -11,8 +11,8 @@ a few graphs per context, keyed by that pointer set (``None``: the engine's bind
     graph = cache.lookup(key, capture)   # a graph to replay, or None: launch kernel by kernel
     cache.close()
 
-Policy (why): a graph replays a launch in about 1 µs against 6 µs launched directly (an H200,
-docs/design.md), but capturing and instantiating one costs more than launching its kernels once.
+Policy (why): a graph replays a launch in a fraction of the host time a direct launch takes
+(docs/design.md, "facts" on CUDA graphs), but capturing and instantiating one costs more than launching its kernels once.
 Callers that reuse their tensors (static input/output buffers, torch's caching allocator handing
 back the same block) hit the cache on every run after the second; a caller whose pointers are new
 every time must not pay a capture per run. So a pointer set seen for the first time is launched

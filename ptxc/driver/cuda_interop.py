@@ -132,8 +132,9 @@ def device_array_pointer(x, slot: IoSlot, where: str, output: bool = False
     and writable if it is an ``output``; a BindingError naming ``where`` otherwise.
 
     The interface is read here rather than through numba's ``as_cuda_array``, which builds a
-    device array object and synchronizes the host with the producer's stream: together ~0.1 ms
-    of each run_device call on the H200 (bench/host_overhead.py). The producer's stream is
+    device array object and synchronizes the host with the producer's stream: together a large
+    part of each run_device call's host time (bench/host_overhead.py,
+    bench/history/2026-12-02.md). The producer's stream is
     returned instead, for the caller to order the inference after it on the device.
 
     Example: a torch float32 tensor of shape (1, 4) at 0x7f0000 on the legacy stream ->
@@ -236,7 +237,8 @@ class DeviceInterop:
 
     def _io_slots(self) -> dict:
         """name -> :class:`IoSlot` of every input and output (computed once: a slot's type is
-        rebuilt on each access, which cost ~0.1 ms per run_device on the H200)."""
+        rebuilt on each access, a measurable part of run_device's host time:
+        bench/host_overhead.py)."""
         io = self._io_cache
         if io is None:
             index = {s.name: i for i, s in enumerate(self.table.slots) if s.kind == "arg"}

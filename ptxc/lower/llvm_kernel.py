@@ -286,7 +286,8 @@ class _Kernel(ScalarEmitter):
         (:meth:`wide_index`), so accesses that share a coordinate share its 64-bit term
         and neighbouring accesses differ by a constant, which NVPTX folds into the
         instruction (``ld.global.v4.u32 [%rd7+64]``); summing in 32 bits and widening the
-        sum took a tenth more SASS in ResNet-50's mma kernels (sessions 18-19)."""
+        sum took a tenth more SASS in ResNet-50's mma kernels (static SASS counts,
+        bench/history/2026-12-04.md)."""
         t: BufferType = buf.type
         b = self.b
         lin = None

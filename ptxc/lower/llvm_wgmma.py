@@ -21,7 +21,8 @@ swizzled K-major operand), bits 32-45 the stride byte offset >> 4 (1024 B: from 
 to the next), bits 49-51 the base offset (0: the tile starts on the swizzle's 1024-byte period),
 bits 62-63 the swizzle mode (1: 128 bytes). The address of the tile's first element, a k step
 of 16 inside the 64-wide row included (+32 bytes), is all that varies. These are the bits and
-the asm of bench/wgmma_gemm.py, which computed 4096^3 exactly on an H200 (2026-12).
+the asm of bench/wgmma_gemm.py, which computed 4096^3 exactly on an H200
+(bench/history/2026-12-02.md).
 """
 
 from __future__ import annotations

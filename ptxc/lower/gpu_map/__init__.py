@@ -183,26 +183,27 @@ class MapToGpu(Pass):
     parallel dims collapsed into ``block_id.x * B + thread_id.x``, guarded where the grid
     overshoots). ``block-size``: the most threads per block a pointwise launch uses.
     ``mma-epilogue``: ``staged`` (default) or ``fragment``, the epilogue of every mma kernel
-    (mma_epilogue.py: accumulators staged through shared memory for coalesced stores; on the
-    H200, 2026-12-02, ResNet-50 b32 fp16 took 1.89 ms staged against 2.29 fragment).
+    (mma_epilogue.py: accumulators staged through shared memory so that stores are coalesced;
+    faster than ``fragment`` on ResNet-50 fp16, bench/history/2026-12-02.md).
     ``tiled-min-reduction``: the tiled schedule declines a nest with fewer reduction points
     (the product of its reduction loops' trips), which then goes to the pointwise schedule: a
     depthwise 3x3 convolution (9 points) gains nothing from staging its operands in shared
-    memory (16, the default: MobileNetV2 b1 fp16 took 0.40 ms against 0.49 with the tiled
-    depthwise kernels on the H200, 2026-12-02; 0 lets the tiled schedule take every nest it
-    can).
+    memory (16, the default: MobileNetV2 fp16 ran faster with its depthwise convolutions on the
+    pointwise schedule, bench/history/2026-12-02.md; 0 lets the tiled schedule take every nest
+    it can).
     ``wgmma``: ``auto`` (default), ``on`` or ``off``: whether large GEMMs with K-major
-    operands take Hopper's warpgroup MMA (gpu_map/wgmma.py; on the H200 its hand-written
-    prototype reached 0.71x of cuBLAS at 4096^3 where mma.sync reached 0.50x); ``on`` takes
+    operands take Hopper's warpgroup MMA (gpu_map/wgmma.py: its hand-written prototype,
+    bench/wgmma_gemm.py, came closer to cuBLAS on a large GEMM than mma.sync); ``on`` takes
     every GEMM it can, whatever its size. ``wgmma-kinds`` (``[f16, s8]``; empty, the default:
     wgmma.AUTO_KINDS, both) names the element kinds ``auto`` considers. ``wgmma-tiles``
     (``[BMxBN, ...]``, BM 64 or 128; empty: wgmma.TILES, 128x256 down to 64x64) the tiles
     ``auto`` tries in order, taking the first whose grid gives two CTAs per SM (wgmma.py,
     "When"). ``wgmma-copies``: ``overlap`` (default) or ``after-wait``, where the K loop issues
-    the next tile's copies (wgmma.COPIES). Session 12 timed each on the H200 (bench/RESULTS.md).
+    the next tile's copies (wgmma.COPIES). The defaults are the faster of each choice
+    (bench/history/2026-12-03.md; current numbers in bench/RESULTS.md).
     ``wgmma-epilogue``: ``staged`` (default) or ``fragment``, the wgmma kernels' epilogue
-    (wgmma.py, "Epilogue": each warp's accumulators through the mma schedule's staged region;
-    on an H100, session 22, ResNet-50 b32 int8 0.816 -> 0.741 ms, fp16 1.255 -> 1.170).
+    (wgmma.py, "Epilogue": each warp's accumulators through the mma schedule's staged region,
+    for coalesced stores; faster on ResNet-50 in int8 and fp16, bench/history/2026-12-04.md).
     ``wgmma-min-k-tiles`` (0: wgmma.MIN_K_TILES's rule): ``auto`` takes a GEMM whose K spans more
     than this many K tiles less one (128 bytes of k each), whatever the tile (timing runs).
     Never on a target without wgmma (sm_90 only).
@@ -216,23 +217,21 @@ class MapToGpu(Pass):
     schedules take it.
     ``mma-min-blocks``: blocks per SM an mma kernel's registers must allow (``minctasm``; 0,
     the default: mma.min_blocks decides: 3 for warp tiles of at most 64 accumulators per
-    thread, else ptxas's choice; 3 or 4 for every kernel made ResNet-50 b32 slower on the
-    H200, int8 1.45 and 2.17 ms against 1.43, fp16 1.92 and 2.59 against 1.81, 2026-12-02;
-    1: ptxas's choice everywhere).
+    thread, else ptxas's choice; 3 or 4 for every kernel made ResNet-50 slower in int8 and
+    fp16, bench/history/2026-12-02.md; 1: ptxas's choice everywhere).
     ``mma-deep-k`` (0: mma.DEEP_K, 8): the K, in base K tiles (32 f16 or 64 int8 elements), from
     which mma.sync K tiles are twice as deep (for timing runs).
     ``mma-stages`` (0: the schedule's 3) and ``mma-tiles`` (``[BMxBNxWARPS_MxWARPS_N, ...]``,
     largest first; empty: mma.TILES): the mma.sync schedule's cp.async stages and the CTA
     tiles its heuristic picks from, for tuning runs (``bench/resnet50_int8.py --variant``).
     ``mma-m-tiles`` (0: mma.m_tiles decides): output tiles each mma.sync CTA computes in turn,
-    the next one's copies in flight during this one's epilogue (mma.py, "M tiles"; timed
-    slower than one tile per CTA on the H200 in ResNet-50 b32, session 13).
+    the next one's copies in flight during this one's epilogue (mma.py, "M tiles"; slower
+    than one tile per CTA on ResNet-50, bench/history/2026-12-03.md).
     ``mma-flat-m`` (``true``): the point program's loads and stores whose offset is linear in
     the output row take one linear index (mma.m_linear_accesses) instead of the row's
-    ``(n, p, q)``: fewer integer instructions per output (the int8 short-K kernels are bound by
-    the ALU pipe, Nsight Compute, session 13). On the H200 (ResNet-50 b32, 2026-12-03) the
-    int8 layer-1 conv3 + residual kernels went 32.4 -> 29.0 us and the downsample 23.1 -> 21.3;
-    ``false`` keeps ``(n, p, q)``.
+    ``(n, p, q)``: fewer integer instructions per output, since the int8 short-K kernels are
+    bound by the ALU pipe (Nsight Compute); it made ResNet-50's int8 layer-1 conv3 + residual
+    and downsample kernels faster (bench/history/2026-12-03.md); ``false`` keeps ``(n, p, q)``.
     ``mma-epilogue-tiles`` (``true``): the point program's tile loads (a fused residual) go
     through shared memory by cp.async where mma_prefetch.worth_it says they pay; ``false``:
     every one is a global load in the epilogue (for timing runs).

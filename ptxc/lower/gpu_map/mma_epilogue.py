@@ -55,15 +55,15 @@ Decisions:
   of one phase in one bank.
 * the region is warp-private, so the synchronization is the warp's (``gpu.warp_barrier``,
   ``__syncwarp``), outside every guard: a warp goes through its slabs without waiting for the
-  block's other warps, whose epilogues (residual loads, stores) then overlap. Until session 10
-  it was the block barrier (the dialect had no warp barrier): 16 ``bar.sync`` in a 64-row
-  warp tile's epilogue, each holding every warp to the slowest.
+  block's other warps, whose epilogues (residual loads, stores) then overlap. A block
+  barrier would put 16 ``bar.sync`` in a 64-row warp tile's epilogue, each holding every
+  warp to the slowest.
 * split-K stores its partials through the same staged order (the workspace ``[split][batch]
   [M][N]`` is row-major in n too): coalesced workspace stores as well.
-* the point program's loads stay in the slab that uses them. Tried (2026-12-02): making a
-  fused residual's loads one slab ahead, before the barriers that otherwise keep them below:
-  on the H200, ResNet-50 b32's conv3 + residual kernels took 523 us against 507 in int8 and
-  566 against 564 in fp16: no gain, so it is not done. What did pay, for the short-K kernels
+* the point program's loads stay in the slab that uses them. Tried: making a fused
+  residual's loads one slab ahead, before the barriers that otherwise keep them below;
+  ResNet-50's conv3 + residual kernels were no faster in int8 or fp16
+  (bench/history/2026-12-02.md), so it is not done. What did pay, for the short-K kernels
   with many waves, is copying the whole residual tile into shared memory before the main
   loop (mma_prefetch.py, chosen per kernel there); the point program then reads it from
   shared memory, in either epilogue.
@@ -75,9 +75,9 @@ Decisions:
 A lane's ``v`` consecutive elements go as one vector store where LLVM's load/store vectorizer
 can prove the alignment (ResNet-50's int8 1x1 convs at WN = 32: ``st.global.v2.b8``, 2 bytes).
 
-**Wide runs** (``staged-wide``, session 17: each lane a run of up to 8 columns of a row, one
-vector store): timed slower in session 20 (ResNet-50 b32 graph int8 0.780 -> 0.799 ms, fp16
-1.137 -> 1.173, the int8 stem 60.9 -> 67.9 us) and removed in session 21 (commit 08bfc9f has it).
+**Wide runs** (``staged-wide``: each lane a run of up to 8 columns of a row, one vector
+store): slower on ResNet-50 in int8 and fp16 (bench/history/2026-12-04.md), so removed
+(commit 08bfc9f has it).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ from __future__ import annotations
 from ...dialects.gpu import shared, warp_barrier
 from .common import add, div, mul, sub
 
-#: map-to-gpu's default (timed on the H200: MapToGpu's docstring)
+#: map-to-gpu's default (why: MapToGpu's docstring)
 DEFAULT_EPILOGUE = "staged"
 #: the values of :attr:`mma.Config.epilogue`
 EPILOGUES = ("fragment", "staged")

@@ -4,9 +4,10 @@ fused residual) into shared memory while the main loop runs.
 A residual block's last conv (``y = relu(conv(x) + r)``) reads one element of ``r`` per output
 point in its epilogue. Read there, each load is a global load whose latency the epilogue waits
 out slab after slab (mma_epilogue.py), with the row index arithmetic of every row a lane
-touches live across the epilogue. The H200 timed ResNet-50's int8 conv3 + Add + Relu kernels
-at 2-3 warps per scheduler, their warps stalled on the residual's bytes (ncu source sampling,
-2026-12-02: PRMT of the loaded word 16-18% of the samples) and on row address arithmetic.
+touches live across the epilogue. ResNet-50's int8 conv3 + Add + Relu kernels run at 2-3
+warps per scheduler, too few to hide that latency: ncu's source sampling found their warps
+stalled on the residual's bytes (the PRMT of the loaded word) and on row address arithmetic
+(bench/history/2026-12-02.md).
 
 So, before the main loop's first copies, the CTA issues its ``BM x BN`` tile of every such load
 as 16-byte ``gpu.cp_async``\\ s (zero-filled past ``M`` and ``N``) into a ``gpu.shared`` buffer,
@@ -27,17 +28,16 @@ of 16 bytes, N too; a buffer the nest does not store to. Per-channel loads (a bi
 multiplier: N only) stay as they are: LLVM hoists them out of the rows. Split-K's partial sums
 run the point program in a second kernel, so there is none there.
 
-When it pays (:func:`worth_it`, :func:`chosen`), measured on the H200 in ResNet-50 at batch
-32 (2026-12-02, every conv3 + Add + Relu with its residual tiled against none): the layer-1
-kernels (K = 64: one int8 K tile or two f16 ones; 1568 CTAs) went int8 43.1 / 44.4 -> 35.5 us
-and f16 48.6 / 47.7 -> 43.6 / 42.8; the layers 2-4 ones (K = 128-512, 208-392 CTAs: under two
-waves) went 3-20% slower (int8 layer 3: 16.9 -> 18.5 us), their main loops already covering
-the loads and the tile group delaying K tile 0; and f32 residuals (64 KiB tiles: one CTA per
-SM) up to 73% slower. So: at most two K tiles, at least 8 waves' worth of CTAs, elements of
-at most 2 bytes. Issued instead with the LAST K tile's copies of a longer loop (session 14,
-where two CTAs per SM still fit), the int8 layer-3 conv3 kernels still ran slower: 15.7-15.9
--> 16.7-17.2 us against no tiles (``map-to-gpu{mma-epilogue-tiles=false}``, same run), so
-long loops take none.
+When it pays (:func:`worth_it`, :func:`chosen`), from ResNet-50's conv3 + Add + Relu kernels
+with their residual tiled against none (bench/history/2026-12-02.md): the layer-1 kernels
+(K = 64: one int8 K tile or two f16 ones; many CTAs) got faster, the short main loop having
+nothing to hide the loads behind; the layers 2-4 ones (K = 128-512, under two waves of CTAs)
+got slower, their main loops already covering the loads and the tile group delaying K tile
+0; and f32 residuals (64 KiB tiles: one CTA per SM) much slower. So: at most two K tiles, at
+least 8 waves' worth of CTAs, elements of at most 2 bytes. Issued instead with the LAST K
+tile's copies of a longer loop (where two CTAs per SM still fit), the int8 layer-3 conv3
+kernels still ran slower than with no tiles (``map-to-gpu{mma-epilogue-tiles=false}``,
+bench/history/2026-12-03.md), so long loops take none.
 
 Costs ``BM x BN`` elements of shared memory per tile load (int8 128 x 128: 16 KiB; f16: 32 KiB),
 counted by :func:`mma.shared_bytes`, so a config that would not fit is not chosen. No padding:
@@ -60,7 +60,7 @@ from .tiled import _affine, _root
 
 #: bytes per cp.async of a tile copy
 CHUNK = 16
-#: when the tiles pay (:func:`worth_it`; measured on the H200, module docstring)
+#: when the tiles pay (:func:`worth_it`; why: the module docstring)
 MAX_K_TILES = 2
 MIN_WAVES = 8
 MAX_ELEMENT_BYTES = 2

@@ -12,7 +12,8 @@ nests; ``grid = ceil(points / B)``. A nest whose threads each run a loop (a redu
 this schedule, such as a global average pool over 7 x 7 pixels with its producer's epilogue)
 and that has fewer points than 256 per SM gets blocks small enough (a warp at least) that its
 grid covers every SM of the target (map-to-gpu's, common.target_of): ResNet-50's pool at batch
-32 had 8192 threads in 32 blocks of 256, a quarter of an H200's SMs, each thread summing 49 pixels of 8 channels (17-22 us). On the
+32 had 8192 threads in 32 blocks of 256, a quarter of an H200's SMs, each thread summing 49
+pixels of 8 channels, so most SMs sat idle (bench/history/2026-12-03.md). On the
 cuda pipeline that pool now arrives with one point per output (lower-tensor-to-loop's
 ``jam-min-points``, tensor_to_loop/nest.py "Unroll-and-jam": a streaming reduction too small
 to fill the GPU is not jammed), so it has 65536 threads in 256 blocks of 256.
@@ -85,8 +86,8 @@ def unroll_short_loops(launch: Operation) -> None:
     into one loop (:func:`collapse`) where that one passes, else each innermost loop that loads
     and passes is unrolled alone. Passing: at most :data:`UNROLL_TRIPS` iterations and
     :data:`UNROLL_BYTES` loaded over them. A thread summing a 7 x 7 pool window otherwise waits
-    for each pixel's loads before it issues the next: 49 memory latencies in a row (ResNet-50
-    b32's int8 global pool took 20 us on the H200 for 16 MB; 13 with its rows unrolled).
+    for each pixel's loads before it issues the next: 49 memory latencies in a row (unrolling
+    its rows made ResNet-50's int8 global pool much faster, bench/history/2026-12-03.md).
     Unrolled, the loads are in flight together (llvm_kernel's unrolled lowering emits them
     first); the carried values still combine in iteration order. Before/after::
 

@@ -52,13 +52,12 @@ What applies (:func:`analyze` says why a nest does not):
   in parallel. Above it pointwise already fills the machine and needs no shared memory or
   barriers.
 
-Measured on one H200 (numba-cuda, CUDA-graph replay, per inference including a ~120 us fixed
-cost of ``run_device``; pointwise = H1's schedule): batch-1 FC 1x2048 @ 2048x1000 459 -> 147
-us, the same with Gemm transB 1335 -> 153 us, a full ReduceMean of 2.2M floats 19.3 ms -> 338
-us (block 1024; 931 us at 256), ReduceSum rows 4096x512 650 -> 135 us; rows of 64 and 256
-still win at 8192 and 32768 points (181 -> 137, 230 -> 190, 542 -> 316 us: the rows are
-contiguous, so the threads of a block coalesce where pointwise threads, 8 rows apart, do not);
-16 rows of 32 is a wash (120 vs 125 us). So 8192 is conservative for reductions along a
+Against the pointwise schedule (numba-cuda, CUDA-graph replay; measured when this schedule
+was written, before bench/history): a batch-1 FC (with or without Gemm's transB), a full
+ReduceMean of a large tensor (faster with blocks of 1024 than 256) and a ReduceSum over rows
+of 512 all ran several times faster; rows of 64 and 256 still win at 8192 and 32768 points
+(the rows are contiguous, so the threads of a block coalesce where pointwise threads, 8 rows
+apart, do not); 16 rows of 32 is a wash. So 8192 is conservative for reductions along a
 contiguous axis; a reduction along a strided axis (ReduceSum over axis 0) coalesces better
 pointwise, which is why the bound is not raised without an access-pattern test (future work).
 

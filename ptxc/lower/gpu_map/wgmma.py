@@ -1,13 +1,13 @@
 """The ``wgmma`` form of the mma schedule: fp16 GEMMs on Hopper's warpgroup tensor-core
-instruction (``wgmma.mma_async``, sm_90a), for the large ones where mma.sync stops at half of
-cuBLAS (0.50x at 4096^3 on an H200; the hand-written bench/wgmma_gemm.py reached 0.71x with
-the same instruction route, and this schedule writes that kernel from the IR).
+instruction (``wgmma.mma_async``, sm_90a), for the large ones where mma.sync stops at about
+half of cuBLAS (the hand-written bench/wgmma_gemm.py came much closer with the same
+instruction route, and this schedule writes that kernel from the IR; bench/RESULTS.md).
 
-**int8** (session 10): the same kernel with ``wgmma .m64nNk32.s32.s8.s8``: a K tile is one
+**int8**: the same kernel with ``wgmma .m64nNk32.s32.s8.s8``: a K tile is one
 128-byte row of 128 int8 (the same swizzle and descriptors, 16 elements per chunk), four k32
 wgmmas per tile as f16's four k16, i32 accumulators in the same D layout, bit-exact with the
-nest in the lockstep interpreter. Timed on the H200 (session 12): ``auto`` takes it under the
-same rule as f16 (:data:`AUTO_KINDS`).
+nest in the lockstep interpreter. ``auto`` takes it under the same rule as f16
+(:data:`AUTO_KINDS`; bench/history/2026-12-03.md).
 
 It takes what the mma schedule takes (:func:`contraction.analyze`: a MatMul, Gemm or batched
 MatMul nest of f16 operands accumulating in f32, or s8 in i32) when both operands are
@@ -49,15 +49,15 @@ Its region must not cost a CTA per SM: :func:`with_epilogue` gives up a stage (n
 where the region would (128 x 64 at 4 stages: 96 + 18 KiB, two CTAs need 230 of an sm_90
 SM's 228 KiB; at 3 stages 90 KiB), and keeps ``fragment`` where nothing fits. A tile alone on its
 SM keeps its stages, so 128 x 256 (192 KiB at 4 stages, 66 more staged) stays ``fragment``:
-staged at 3 stages, the int8 4096^3 GEMM ran 142.7 us on an H100 (session 22) where the
-fragment form at 4 had run 113.9 (session 21).
+losing a stage to the staged region made the large int8 GEMM slower than the fragment form
+at 4 stages (bench/history/2026-12-04.md).
 
-Timed (session 22, H100, ResNet-50 b32 where every wgmma kernel is 128 x 64, 128 x 128 or
-64 x 64, each kernel alone): int8 layer-1 3x3 convs 28.8-30.2 -> 23.8-25.0 us, layer-2 3x3
-convs 24.4-25.0 -> 19.7-20.4, the CUDA graph 0.816 -> 0.741 ms; fp16 graph 1.255 -> 1.170.
+Staged is the default because coalesced stores made ResNet-50's wgmma kernels (128 x 64,
+128 x 128, 64 x 64) and the whole CUDA graph faster in int8 and fp16
+(bench/history/2026-12-04.md).
 
 This is bench/wgmma_gemm.py's kernel (its descriptors, swizzle, fence/commit/wait and
-accumulator layout, checked exact on the H200) with the compiler's edges: guards and zero-fill
+accumulator layout, checked exact on a Hopper GPU) with the compiler's edges: guards and zero-fill
 for any M, N and K % 8 == 0, batches, and the fused epilogue. The ops are the gpu dialect's
 (ptxc/dialects/gpu_wgmma.py: the interpreter reads the shared tiles through the swizzle the
 descriptors name and hands each thread its accumulators in wgmma's layout, so the mapped kernel
@@ -73,40 +73,41 @@ least twice N (half their columns would be padding) and those K is too shallow f
 (:data:`MIN_K_TILES`, per kind: f16 BN 64 and 128 from 8 K tiles, s8 from 2; BN 256 from 32;
 in f16 a 64-wide tile spanning N from 1): the first whose grid gives :data:`WAVES` CTAs per SM
 (the target's SM count), else the one with the most CTAs if that covers the SMs, else none.
-128 x 256 first (0.71x of cuBLAS at 4096^3 against 0.63x at 128, both 4 stages), then
-128 x 128, 128 x 64, 64 x 128, 64 x 64. Shallower or smaller GEMMs keep mma.sync, whose
+128 x 256 first (the faster of the two on a large GEMM at 4 stages, bench/wgmma_gemm.py),
+then 128 x 128, 128 x 64, 64 x 128, 64 x 64. Shallower or smaller GEMMs keep mma.sync, whose
 split-K fills the GPU and which wins on f16's short-K 1x1 convs. ``on``: every contraction it
 can take, whatever its size (tests; the first tile whose grid covers the SMs, else the last of
 ``wgmma-tiles`` when given, else BM 128 and the smallest BN of 64, 128, 256 that covers N). A
 64-row tile is one warpgroup of 128 threads.
 
-The rule is session 12's H200 sweep (bench/RESULTS.md): ResNet-50 b32 with every K-major GEMM
-forced onto each tile in turn, int8 and fp16, per kernel. Two waves, not one: a GEMM of 196
-CTAs (layer 2's 3x3 convs at 128 x 128) ran 22.7 us in int8 and 30 us in fp16, at 128 x 64
-(392 CTAs) 19.0 and 26.5; the 64-row tiles took layer 3's 3x3 convs from 22 to 16 us (int8)
-and 35 to 24 (fp16). The width rule: fp16's layer-1 3x3 conv (N = 64) ran 45 us at 128 x 128
-and 32 at 128 x 64. The depths are session 22's, with the staged epilogue (:data:`MIN_K_TILES`).
+The rule comes from a sweep of ResNet-50 with every K-major GEMM forced onto each tile in
+turn, int8 and fp16, per kernel (bench/history/2026-12-03.md). Two waves, not one: a GEMM of
+196 CTAs (layer 2's 3x3 convs at 128 x 128) was slower than at 128 x 64 (392 CTAs), and the
+64-row tiles sped up layer 3's 3x3 convs, since more CTAs hide each one's latency. The width
+rule: a tile twice as wide as N (fp16's layer-1 3x3 conv, N = 64, at 128 x 128) wastes half
+its columns and was slower than 128 x 64. The depths were re-timed with the staged epilogue
+(:data:`MIN_K_TILES`, bench/history/2026-12-04.md).
 The tile string (``ptxc inspect``, the kernel table) reads ``f16 wgmma 128x256x64 stages 4``.
 
 Decisions:
 
-* 4 stages: 192 KiB of dynamic shared memory at BN = 256 (one CTA per SM); 3 stages timed
-  0.70x, 4 0.71x (bench/wgmma_gemm.py, 2026-12).
+* 4 stages: 192 KiB of dynamic shared memory at BN = 256 (one CTA per SM); a little faster
+  than 3 (bench/wgmma_gemm.py, bench/history/2026-12-02.md).
 * the copies of tile kt + S - 1 go between the commit and the wait (overlapping the
   multiply; ``wgmma-copies=overlap``, the default): they fill stage (kt - 1) % S, whose wgmmas
   both warpgroups waited for before this iteration's barrier, not stage kt % S, which the
   wgmmas in flight read (the interpreter refuses a copy into a tile an unwaited wgmma reads).
-  On the H200 (session 11's forms, timed in session 12) ResNet-50 b32 went 1.061 -> 1.053 ms
-  in int8 and 1.446 -> 1.423 in fp16 against ``after-wait``, the timed prototype's order.
-* the staged epilogue by default (session 22; "Epilogue" above); ``fragment`` where its
+  Slightly faster on ResNet-50 in int8 and fp16 than ``after-wait``, the prototype's order
+  (bench/history/2026-12-03.md).
+* the staged epilogue by default ("Epilogue" above); ``fragment`` where its
   region does not fit, and by map-to-gpu's ``wgmma-epilogue=fragment``.
 
 Open question for the GPU: the copies are ``cp.async`` (generic proxy) and wgmma reads shared
 memory through the async proxy; the PTX ISA asks for a ``fence.proxy.async`` between such
 writes and the reads. The prototype (no proxy fence: cp.async wait, barrier, wgmma.fence) was
-exact on the H200, and so is this kernel with the same sequence: tests/gpu/test_cuda_wgmma.py
-(512^3, 4096^3, edges) and the 4096^3 bench row passed on the H200 in 2026-12-02's calls 2 and
-3. compute-sanitizer's racecheck has not run on it yet.
+exact on a Hopper GPU, and so is this kernel with the same sequence: tests/gpu/test_cuda_wgmma.py
+(512^3, 4096^3, edges) and the 4096^3 bench row passed (bench/history/2026-12-02.md).
+compute-sanitizer's racecheck has not run on it yet.
 
 Not yet: an M/N-major operand (wgmma's transposed-B descriptors; such GEMMs stay on mma.sync,
 e.g. a MatMul of two activations b [K, N]), TMA and a producer warpgroup with mbarriers
@@ -155,33 +156,30 @@ COPIES = ("overlap", "after-wait")
 EPILOGUES = ("fragment", "staged")
 DEFAULT_EPILOGUE = "staged"
 #: ``auto`` takes a BN only for K at least this deep: a short K leaves the pipeline (one wait
-#: per 64-deep K tile) no time to fill. Timed on the H200 in ResNet-50 at batch 32 (fp16,
-#: 2026-12-02): every 1x1 conv with K <= 512 ran 20-50% slower in 128 x 256 wgmma tiles than
-#: in the staged mma.sync kernel; 128 x 128 wgmma tiles ran 0-9% faster at K = 512 .. 2048;
-#: BN = 256 is timed faster only at K = 4096 (0.76x cuBLAS against mma.sync's 0.53x)
+#: per 64-deep K tile) no time to fill. In ResNet-50 fp16 the 1x1 convs with K <= 512 were
+#: slower in 128 x 256 wgmma tiles than in the staged mma.sync kernel, 128 x 128 tiles were
+#: faster from K = 512, and BN = 256 paid only on the deepest GEMMs
+#: (bench/history/2026-12-02.md)
 MIN_K = {256: 2048, 128: 512, 64: 512}
 #: per kind, per BN: the K tiles (128 bytes of k each, rounded up) ``auto`` asks for
 #: (:func:`_deep_enough`). f16 is MIN_K in tiles (BN = 64 as BN = 128). s8 takes BN 64 and
-#: 128 from two tiles (K > 128) since its wgmma kernels have the staged epilogue: session 22
-#: (H100, ResNet-50 b32, ``wgmma-min-k-tiles``, each kernel timed alone) ran the int8 1x1
-#: convs of K = 256 .. 512 and the space-to-depth stem (K = 256) 15-25% faster there than on
-#: mma.sync (the stem 62.3 -> 52.8 us, layer-2 conv1 13.6 -> 10.2, layer-3.0 conv1 20.7 ->
-#: 15.6; layer-3 conv3 at K = 256 even), where f16's 128 x 128 tiles at K = 256 ran 15-20%
-#: slower (layer-3 conv3 18.6 -> 21.9 us). K of one tile stays on mma.sync (int8 layer-1.0
-#: conv1, K = 64: 10.3 -> 11.6 us); BN = 256 keeps f16's depth in both kinds (s8 at K = 64 ..
-#: 128: 19.6 -> 28.2 us).
+#: 128 from two tiles (K > 128) since its wgmma kernels have the staged epilogue: there the
+#: int8 1x1 convs of K = 256 .. 512 and the space-to-depth stem (K = 256) ran faster than on
+#: mma.sync, where f16's 128 x 128 tiles at K = 256 ran slower. K of one tile stays on
+#: mma.sync (slower in wgmma); BN = 256 keeps f16's depth in both kinds (s8 at a short K was
+#: much slower). Timed per kernel in ResNet-50 with ``wgmma-min-k-tiles``
+#: (bench/history/2026-12-04.md).
 MIN_K_TILES = {"f16": {bn: k // BK for bn, k in MIN_K.items()},
                "s8": {256: MIN_K[256] // BK, 128: 2, 64: 2}}
 #: BN = 64 where the tile spans N (N <= 64: each row of A read by one CTA) from K of this many
-#: tiles instead, per kind (s8: its MIN_K_TILES). Session 12 (fragment epilogue) kept
-#: f16 1x1 convs of K = 256 on mma.sync (28.4 us against 25.6) and took 3x3 convs of K = 576
-#: (23.7-24.7 us against 27.4-28.1 in int8); session 22 with the staged epilogue timed f16's
-#: layer-1 1x1 convs of K = 256 at 26.1-26.9 us in wgmma 128 x 64 against 30.9-32.0, and of
-#: K = 64 at 12.4 against 16.4 (int8's of K = 64 at 11.6 against 10.3)
+#: tiles instead, per kind (s8: its MIN_K_TILES). With the fragment epilogue f16's 1x1 convs
+#: of K = 256 were faster on mma.sync (bench/history/2026-12-03.md); with the staged epilogue
+#: wgmma 128 x 64 was faster for f16's layer-1 1x1 convs from K = 64, int8's of K = 64 not
+#: (bench/history/2026-12-04.md)
 NARROW_MIN_K_TILES = {"f16": 1, "s8": MIN_K_TILES["s8"][64]}
-#: the kinds ``auto`` gives the wgmma form (map-to-gpu's ``wgmma-kinds`` replaces it). s8
-#: timed on the H200 in session 12: ResNet-50 b32's int8 3x3 convs of layers 2-4 and its
-#: layer-3/4 1x1 convs of K >= 1024 ran 10-30% faster than on int8 mma.sync
+#: the kinds ``auto`` gives the wgmma form (map-to-gpu's ``wgmma-kinds`` replaces it). s8:
+#: ResNet-50's int8 3x3 convs of layers 2-4 and its layer-3/4 1x1 convs of K >= 1024 ran
+#: faster than on int8 mma.sync (bench/history/2026-12-03.md)
 AUTO_KINDS = ("f16", "s8")
 
 

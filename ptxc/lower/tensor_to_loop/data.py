@@ -22,8 +22,9 @@ Where the innermost dim is kept, contiguous and a multiple of a run of 16 bytes 
 the nest steps over it by the run and each point stores the run's elements one after another
 (a 1x1-padded NHWC int8 tensor of 64 channels: 4 points per border pixel, not 64), so that a
 GPU thread writes one 16-byte vector (LLVM merges the adjacent stores) and the fill launches a
-sixteenth of the threads. ResNet-50's 3x3 convs read 16 such borders; on an H200 at batch 32 each
-fill took ~6 us storing one int8 or f16 per thread, as long as a maxpool over the whole tensor.
+sixteenth of the threads. ResNet-50's 3x3 convs read 16 such borders; storing one int8 or f16
+per thread, each fill took as long as a maxpool over the whole tensor
+(bench/history/2026-12-03.md).
 
 A copy is ``loop.copy`` between two places of one shape.
 """

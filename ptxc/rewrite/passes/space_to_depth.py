@@ -3,8 +3,8 @@ an RGB image) becomes a space-to-depth of its input and a stride-1 convolution o
 channels, with the same results (TensorRT and MLPerf submissions do this to ResNet's stem).
 
 Why: the stem's implicit GEMM gathers one pixel's channels per copy. With 3 channels (padded to
-4) an int8 copy is 4 bytes, and the stem ran no faster in int8 than in fp16 (H200, ResNet-50
-b32: 78 against 77 us). After the rewrite a pixel of the blocked input holds 4C channels: 12,
+4) an int8 copy is 4 bytes, and the stem ran no faster in int8 than in fp16, the copies
+rather than the math bounding it (bench/history/2026-12-03.md). After the rewrite a pixel of the blocked input holds 4C channels: 12,
 padded to 16 for int8 by to-channels-last (``int8-channel-multiple``), one 16-byte copy per
 pixel.
 
