@@ -75,7 +75,7 @@ from .common import add, cmp, const, delinearize, div, launch_before, mul, sub
 from .contraction import Contraction, Operand, accumulator_bound, analyze
 from .mma_config import (FEATURE, KIND, ROLLED_K_LOOP_BELOW_SM, TYPES, Config, Layout, _mn_dims,
                          layout)
-from .tiled import _root
+from .tiled_nest import _root
 
 #: the launches' schedule name (gpu.launch ``schedule``)
 SCHEDULE = "mma"
@@ -535,7 +535,7 @@ def m_linear_accesses(c: Contraction) -> list:
 
         before: loop.store %y, %out[m / 3136, (m / 56) % 56, m % 56, c]
         after:  loop.store %y, %out_flat[256 m + c]"""
-    from .tiled import _affine
+    from .tiled_nest import _affine
     if len(c.m_dims) < 2:
         return []
     nest = c.nest

@@ -56,7 +56,7 @@ from ...ir.core import Operation, Value
 from .common import add, cmp, div, mul, sub
 from ...target import Target
 from .contraction import Contraction, Operand, ctas
-from .tiled import _affine, _root
+from .tiled_nest import _affine, _root
 
 #: bytes per cp.async of a tile copy
 CHUNK = 16
