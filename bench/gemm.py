@@ -68,13 +68,13 @@ def ptxc_kernel(M, K, N, cfg=None, precision="fp16", kmajor_b=False, wgmma="auto
     """(PtxProgram, schedule names) of the fp16 MatMul (or int8 MatMulInteger) M x K x N;
     ``cfg`` (an mma Config) forces the tile instead of the schedule's heuristic; ``wgmma``:
     map-to-gpu's option (auto, on, off)."""
-    from ptxc.lower.gpu_map import mma
+    from ptxc.lower.gpu_map import mma_kernel
     from ptxc.ptx import lower_to_ptx
     from ptxc.rewrite import PassManager
     from ptxc.target import Target
     m = loop_gemm(M, K, N, precision, kmajor_b)
     if cfg is not None:
-        mma.build_all(m, cfg, Target.resolve())
+        mma_kernel.build_all(m, cfg, Target.resolve())
     PassManager(f"map-to-gpu{{wgmma={wgmma}}}").run(m)
     scheds = [o.attributes["schedule"] for o in m.walk() if o.name == "gpu.launch"]
     return lower_to_ptx(m), scheds
@@ -92,12 +92,12 @@ def _compile_candidate(args):
 def search_space(M, K, N, precision="fp16", min_tile=128 * 128):
     """The candidate tiles the search times: at least ``min_tile`` outputs, 3+ stages, at
     most 256 threads."""
-    from ptxc.lower.gpu_map import contraction, mma
+    from ptxc.lower.gpu_map import contraction, mma_config
     m = loop_gemm(M, K, N, precision)
     c = next(contraction.analyze(o) for o in m.walk()
              if o.name == "loop.parallel" and contraction.analyze(o) is not None)
     from ptxc.target import Target
-    return [x for x in mma.candidates(c, Target.resolve()) if x.bm * x.bn >= min_tile and x.stages >= 3
+    return [x for x in mma_config.candidates(c, Target.resolve()) if x.bm * x.bn >= min_tile and x.stages >= 3
             and x.threads <= 256]
 
 

@@ -41,8 +41,6 @@ KNOWN_CYCLES = {
 
 #: modules over the size limit today (paths under the repository root)
 KNOWN_LONG_MODULES = {
-    "ptxc/lower/gpu_map/mma.py": "the mma mapping, to be split with issue 34's codegen/",
-    "ptxc/lower/gpu_map/tiled.py": "the tiled mapping, to be split with issue 34's codegen/",
     "ptxc/lower/tensor_to_loop/nest.py": "loop nest building, to be split",
 }
 

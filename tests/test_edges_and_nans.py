@@ -20,7 +20,7 @@ from ptxc.dialects.tensor.maps import identity_map
 from ptxc.driver.cpu import CpuProgram
 from ptxc.ir import verify
 from ptxc.ir.types import F16, F32, F64, BufferType
-from ptxc.lower.gpu_map import tiled as T
+from ptxc.lower.gpu_map import tiled as T, tiled_nest
 from ptxc.lower.loop_to_llvm import lower_loop_to_llvm
 from ptxc.target import Target
 
@@ -121,7 +121,7 @@ def test_tiled_edge_threads_read_nothing_past_a_global_operand():
                   "d": BufferType((m_, n_, k_), F32), "y": BufferType((m_, n_), F32)},
                  ["y"], body)
     (nest,) = [o for o in mod.walk() if o.name == "loop.parallel"]
-    plan = T.plan(T.analyze(nest), SM90)
+    plan = T.plan(tiled_nest.analyze(nest), SM90)
     assert sorted(box.group.buffer.type.shape for box in plan.boxes) == [(m_, k_), (k_, n_)]
     launch = T.schedule(nest, None)
     nest.erase()

@@ -10,7 +10,7 @@ import pytest
 
 from support.contraction_ir import conv_model, inputs_for, loop_module, matmul_model
 from ptxc.dialects.loop import run_main
-from ptxc.lower.gpu_map import contraction, mma
+from ptxc.lower.gpu_map import contraction, mma_config, mma_kernel
 from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
 from ptxc.rewrite import PassManager
 from ptxc.target import Target
@@ -104,20 +104,20 @@ def test_layouts_chosen_from_the_operands():
                 contraction.analyze(o) is not None)
     c = contraction.analyze(nest)
     assert c.kind == "f16" and (c.M, c.N, c.K) == (64, 64, 64) and c.u == 8
-    assert mma.layout(c, c.a) == mma.Layout(kmajor=True, vector=True)     # a[m, k]
-    assert mma.layout(c, c.b) == mma.Layout(kmajor=False, vector=True)    # b[k, n]
+    assert mma_config.layout(c, c.a) == mma_config.Layout(kmajor=True, vector=True)     # a[m, k]
+    assert mma_config.layout(c, c.b) == mma_config.Layout(kmajor=False, vector=True)    # b[k, n]
     m = loop_module(matmul_model(M=40, K=36, N=24))
     c = next(contraction.analyze(o) for o in m.walk() if o.name == "loop.parallel" and
              contraction.analyze(o) is not None)
-    assert mma.layout(c, c.a) == mma.Layout(kmajor=True, vector=True, chunk=8)   # 72 bytes
+    assert mma_config.layout(c, c.a) == mma_config.Layout(kmajor=True, vector=True, chunk=8)   # 72 bytes
     m = loop_module(matmul_model(M=40, K=34, N=24))
     c = next(contraction.analyze(o) for o in m.walk() if o.name == "loop.parallel" and
              contraction.analyze(o) is not None)
-    assert mma.layout(c, c.a) == mma.Layout(kmajor=True, vector=True, chunk=4)   # 68 bytes
+    assert mma_config.layout(c, c.a) == mma_config.Layout(kmajor=True, vector=True, chunk=4)   # 68 bytes
     m = loop_module(matmul_model(M=40, K=33, N=24))
     c = next(contraction.analyze(o) for o in m.walk() if o.name == "loop.parallel" and
              contraction.analyze(o) is not None)
-    assert mma.layout(c, c.a) == mma.Layout(kmajor=True, vector=False)           # 66 bytes
+    assert mma_config.layout(c, c.a) == mma_config.Layout(kmajor=True, vector=False)           # 66 bytes
 
 
 def test_fp32_contractions_are_not_taken():
@@ -159,7 +159,7 @@ def test_mma_kernels_assemble_without_spills(case):
     p = lower_to_ptx(m, arch="sm_90")
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in p.ptx
     assert "ldmatrix.sync.aligned" in p.ptx
-    # each mma kernel asks for the blocks per SM mma.min_blocks gives it (3 for warp tiles of
+    # each mma kernel asks for the blocks per SM mma_config.min_blocks gives it (3 for warp tiles of
     # at most 64 accumulators a thread, else 1: ptxas's choice), and ptxas fits them unspilled
     blocks = [o.attributes.get("min_blocks", 1) for o in launches(m)
               if o.attributes["schedule"] == "mma"]
@@ -189,12 +189,12 @@ def forced(model, cfg):
     m = loop_module(model)
     x = inputs_for(model)
     want = run_main(m, x)
-    assert mma.build_all(m, cfg, SM90) >= 1
+    assert mma_kernel.build_all(m, cfg, SM90) >= 1
     PassManager("map-to-gpu").run(m)
     return m, x, want
 
 
-BIG = mma.Config(128, 128, 2, 2, 32, stages=4)   # 64 KiB of shared memory: dynamic
+BIG = mma_config.Config(128, 128, 2, 2, 32, stages=4)   # 64 KiB of shared memory: dynamic
 
 
 def test_over_48k_of_shared_memory_goes_dynamic():
@@ -225,7 +225,7 @@ def test_dynamic_shared_kernel_on_gpu():
     check_close(run_on_gpu(lower_to_ptx(m), x), run_main(m, x))
 
 
-DEEP = mma.Config(64, 64, 2, 2, 64, stages=3)    # K tiles of 64: 128-byte rows, 8 chunks
+DEEP = mma_config.Config(64, 64, 2, 2, 64, stages=3)    # K tiles of 64: 128-byte rows, 8 chunks
 
 
 def test_deep_k_tiles_match():
@@ -304,8 +304,8 @@ def test_static_and_dynamic_shared_kernels_in_one_module():
     nests = [o for o in m.walk() if o.name == "loop.parallel" and
              contraction.analyze(o) is not None]
     assert len(nests) == 2
-    for op, cfg in zip(nests, (mma.Config(64, 64, 2, 2, 32, stages=2), BIG)):
-        mma.build(contraction.analyze(op), cfg, SM90)
+    for op, cfg in zip(nests, (mma_config.Config(64, 64, 2, 2, 32, stages=2), BIG)):
+        mma_kernel.build(contraction.analyze(op), cfg, SM90)
         op.erase()
     PassManager("map-to-gpu").run(m)
     check_close(run_main(m, x), want)

@@ -15,7 +15,7 @@ from support import contraction_ir
 from support import int8_ir
 import ptxc
 from ptxc.dialects.loop import run_main
-from ptxc.lower.gpu_map import contraction, mma, mma_epilogue
+from ptxc.lower.gpu_map import contraction, mma_config, mma_epilogue, mma_kernel
 from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
 from ptxc.rewrite import PassManager
 from ptxc.target import Target
@@ -40,7 +40,7 @@ def both(make_loop, x, cfg=None):
     for epi in mma_epilogue.EPILOGUES:
         m = make_loop()
         if cfg is not None:
-            assert mma.build_all(m, mma.Config(**{**cfg, "epilogue": epi}), SM90) >= 1
+            assert mma_kernel.build_all(m, mma_config.Config(**{**cfg, "epilogue": epi}), SM90) >= 1
         PassManager(f"map-to-gpu{{mma-epilogue={epi}}}").run(m)
         tiles = mma_tiles(m)
         assert tiles and all(t.endswith(f"epilogue {epi}") == (epi != "fragment")
@@ -93,13 +93,13 @@ def test_staged_region_is_counted_in_shared_bytes():
     PassManager(STAGED).run(m)
     (launch,) = [o for o in m.walk() if o.name == "gpu.launch" and
                  o.attributes["schedule"] == "mma"]
-    cfg = mma.Config(32, 64, 1, 2, 32, epilogue="staged")
+    cfg = mma_config.Config(32, 64, 1, 2, 32, epilogue="staged")
     assert launch.attributes["tile"] == cfg.describe("f16")
     # 3 stages x (32 + 64) x 32 f16 + 2 warps x 8 x (32 + 8) f32
     assert shared_bytes(launch) == 3 * 96 * 32 * 2 + 2 * 8 * 40 * 4
-    c = next(mma.analyze(o) for o in contraction_ir.loop_module(model).walk()
-             if o.name == "loop.parallel" and mma.analyze(o) is not None)
-    assert mma.shared_bytes(c, cfg, SM90) == shared_bytes(launch)
+    c = next(contraction.analyze(o) for o in contraction_ir.loop_module(model).walk()
+             if o.name == "loop.parallel" and contraction.analyze(o) is not None)
+    assert mma_config.shared_bytes(c, cfg, SM90) == shared_bytes(launch)
 
 
 def test_bad_epilogue_option_is_a_compile_error():
@@ -183,9 +183,9 @@ def test_epilogue_tiles_only_where_they_paid_on_the_h200():
     layer1 = C(M=100352, N=256, K=64, batches=1)
     layer3 = C(M=6272, N=1024, K=256, batches=1)
     for bk in (64, 32):          # int8, f16
-        assert mma_prefetch.worth_it(layer1, mma.Config(128, 128, 2, 2, bk), SM90)
-        assert not mma_prefetch.worth_it(layer3, mma.Config(128, 128, 2, 2, bk), SM90)
-    assert not mma_prefetch.worth_it(layer1, mma.Config(128, 128, 2, 2, 64, splits=2), SM90)
+        assert mma_prefetch.worth_it(layer1, mma_config.Config(128, 128, 2, 2, bk), SM90)
+        assert not mma_prefetch.worth_it(layer3, mma_config.Config(128, 128, 2, 2, bk), SM90)
+    assert not mma_prefetch.worth_it(layer1, mma_config.Config(128, 128, 2, 2, 64, splits=2), SM90)
 
 
 @pytest.mark.usefixtures("tiles_everywhere")
@@ -263,7 +263,7 @@ def test_staged_kernels_assemble_without_spills(case, epi):
     kw, cfg = MATMULS[case]
     m = contraction_ir.loop_module(contraction_ir.matmul_model(**kw))
     if cfg is not None:
-        mma.build_all(m, mma.Config(**cfg, epilogue=epi), SM90)
+        mma_kernel.build_all(m, mma_config.Config(**cfg, epilogue=epi), SM90)
     PassManager(f"map-to-gpu{{mma-epilogue={epi}}}").run(m)
     rep = assemble(lower_to_ptx(m, arch="sm_90").ptx, "sm_90")
     for k in rep.kernels.values():
@@ -277,7 +277,7 @@ def _gpu_case(case, epi="staged"):
         m = contraction_ir.loop_module(model)
         x = contraction_ir.inputs_for(model)
         if cfg is not None:
-            mma.build_all(m, mma.Config(**cfg, epilogue=epi), SM90)
+            mma_kernel.build_all(m, mma_config.Config(**cfg, epilogue=epi), SM90)
     else:
         model = INT8[case]()
         nhwc = "nhwc" in case
@@ -359,7 +359,7 @@ def test_fp16_stem_reads_its_4_channel_input_by_8_byte_copies():
     (c,) = [c for c in (contraction.analyze(o) for o in m.walk() if o.name == "loop.parallel")
             if c is not None]
     assert c.kind == "f16" and c.K == 7 * 7 * 4
-    assert mma.layout(c, c.a) == mma.Layout(kmajor=True, vector=True, chunk=8)
+    assert mma_config.layout(c, c.a) == mma_config.Layout(kmajor=True, vector=True, chunk=8)
     x = {"x": np.random.default_rng(3).standard_normal((1, 3, 15, 15)).astype(np.float32)}
     want = run_main(m, x)
     PassManager(STAGED).run(m)

@@ -1,4 +1,4 @@
-"""Flat row addressing in the mma epilogue (map-to-gpu's ``mma-flat-m``; mma.m_linear_accesses,
+"""Flat row addressing in the mma epilogue (map-to-gpu's ``mma-flat-m``; mma_kernel.m_linear_accesses,
 contraction.rows_in_memory_order): the M dims go in the output's memory order, and a point
 program's load or store whose offset is linear in the row ``m`` takes one linear index into a
 flat view of its buffer instead of ``m``'s ``(n, p, q)``. The mapped launches must equal the
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ptxc.dialects.loop import run_main
-from ptxc.lower.gpu_map import mma, mma_prefetch
+from ptxc.lower.gpu_map import mma_kernel, mma_prefetch
 from ptxc.lower.gpu_map.contraction import analyze, rows_in_memory_order
 from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
 from ptxc.rewrite import PassManager
@@ -52,7 +52,7 @@ def test_rows_go_in_the_outputs_memory_order_and_accesses_go_flat():
     for c in cs:
         r = rows_in_memory_order(c)
         assert sorted(r.m_dims) == sorted(c.m_dims)
-        flat = mma.m_linear_accesses(r)
+        flat = mma_kernel.m_linear_accesses(r)
         if len(c.m_dims) > 1:   # the NHWC output [n][p][q][c]: one index in m
             assert any(o.name == "loop.store" for o, _ in flat), c.m_dims
         for _, x in flat:       # coefficients chained by the extents
@@ -90,7 +90,7 @@ def test_a_padded_output_keeps_its_indices():
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     make = lambda: nhwc_loop(model, "fp16")  # noqa: E731
     padded = [c for c in _contractions(make()) if len(c.m_dims) > 1]
-    stores = [o for c in padded for o, _ in mma.m_linear_accesses(rows_in_memory_order(c))
+    stores = [o for c in padded for o, _ in mma_kernel.m_linear_accesses(rows_in_memory_order(c))
               if o.name == "loop.store"]
     assert len(stores) < len(padded)          # the padded output's store is not linear in m
     x = {"x": rng.standard_normal((2, 64, 8, 8)).astype(np.float32)}

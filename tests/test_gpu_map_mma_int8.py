@@ -13,7 +13,7 @@ import pytest
 import ptxc
 from support.int8_ir import conv_model, gemm_model, inputs_for, loop_module, matmul_integer_model
 from ptxc.dialects.loop import run_main
-from ptxc.lower.gpu_map import contraction, mma
+from ptxc.lower.gpu_map import contraction, mma_config
 from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
 from ptxc.rewrite import PassManager
 from ptxc.target import Target
@@ -81,18 +81,18 @@ def test_layouts_and_split_k():
     (c,) = _contractions(m)
     assert c.kind == "s8" and (c.M, c.N, c.K) == (32, 32, 2048)
     # A row-major, the constant B stored [N, K] (transpose_b): both K-major 16-byte copies
-    assert mma.layout(c, c.a) == mma.layout(c, c.b) == mma.Layout(kmajor=True, vector=True)
-    cfg = mma.choose(c, SM90)
+    assert mma_config.layout(c, c.a) == mma_config.layout(c, c.b) == mma_config.Layout(kmajor=True, vector=True)
+    cfg = mma_config.choose(c, SM90)
     assert cfg.bk == 128 and cfg.splits > 1                # deep K tiles, split-K
     m2 = loop_module(gemm_model(48, 40, 32))
     (c2,) = _contractions(m2)
-    assert mma.layout(c2, c2.a) == mma.Layout(kmajor=True, vector=True, chunk=8)  # K = 40 B
+    assert mma_config.layout(c2, c2.a) == mma_config.Layout(kmajor=True, vector=True, chunk=8)  # K = 40 B
     m3 = loop_module(gemm_model(48, 36, 32))
     (c3,) = _contractions(m3)
-    assert mma.layout(c3, c3.a) == mma.Layout(kmajor=True, vector=True, chunk=4)  # K = 36 B
+    assert mma_config.layout(c3, c3.a) == mma_config.Layout(kmajor=True, vector=True, chunk=4)  # K = 36 B
     m4 = loop_module(gemm_model(48, 34, 32))
     (c4,) = _contractions(m4)
-    assert mma.layout(c4, c4.a) == mma.Layout(kmajor=True, vector=False)   # K = 34 bytes
+    assert mma_config.layout(c4, c4.a) == mma_config.Layout(kmajor=True, vector=False)   # K = 34 bytes
 
 
 @pytest.mark.slow
@@ -133,7 +133,7 @@ def test_int8_conv_nhwc_maps_to_mma_with_cp_async_copies(case):
     cs = _contractions(m)
     assert cs and all(c.kind == "s8" for c in cs)
     chunk = next(n for n in (16, 8, 4) if CONVS[case]["C"] % n == 0 or n == 4)
-    assert all(mma.layout(c, x) == mma.Layout(kmajor=True, vector=True, chunk=chunk)
+    assert all(mma_config.layout(c, x) == mma_config.Layout(kmajor=True, vector=True, chunk=chunk)
                for c in cs for x in (c.a, c.b))
     m, x, ref, want = mapped(model, layout="nhwc")
     assert "mma" in [o.attributes["schedule"] for o in launches(m)]
@@ -142,11 +142,11 @@ def test_int8_conv_nhwc_maps_to_mma_with_cp_async_copies(case):
 
 @pytest.mark.parametrize("case, stages", [("7x7_s2_c3_stem", 4), ("3x3_c8", 3), ("3x3_pad1", 3)])
 def test_four_byte_gathers_take_four_stages(case, stages):
-    """mma.default_stages: 4 cp.async stages where A is copied 4 bytes at a time (the int8 stem
+    """mma_config.default_stages: 4 cp.async stages where A is copied 4 bytes at a time (the int8 stem
     on its image padded to 4 channels), else 3; the launch's tile says so."""
     model = conv_model(**CONVS[case])
     m = loop_module(model, layout="nhwc", target="cuda")
-    assert {mma.default_stages(c) for c in _contractions(m)} == {stages}
+    assert {mma_config.default_stages(c) for c in _contractions(m)} == {stages}
     PassManager("map-to-gpu").run(m)
     tiles = [o.attributes.get("tile") for o in launches(m) if o.attributes["schedule"] == "mma"]
     assert tiles and all(f"stages {stages}" in t for t in tiles), tiles

@@ -15,7 +15,7 @@ import pytest
 from support import contraction_ir
 from support import int8_ir
 from ptxc.dialects.loop import run_main
-from ptxc.lower.gpu_map import mma, mma_prefetch
+from ptxc.lower.gpu_map import mma_config, mma_kernel, mma_prefetch
 from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
 from ptxc.rewrite import PassManager
 from ptxc.target import Target
@@ -31,7 +31,7 @@ def small_grids(monkeypatch):
     """Epilogue tiles for every qualifying load and M tiles on any grid, small ones included
     (the tests' sizes)."""
     monkeypatch.setattr(mma_prefetch, "MIN_WAVES", 0)
-    monkeypatch.setattr(mma, "M_TILES_MIN_CTAS", 0)
+    monkeypatch.setattr(mma_config, "M_TILES_MIN_CTAS", 0)
 
 
 def _int8_conv(N=2, H=10, W=10):
@@ -67,9 +67,9 @@ CASES = {
 
 def _mapped(case, epilogue):
     make, x = CASES[case][0]()
-    cfg = mma.Config(**CASES[case][1], epilogue=epilogue)
+    cfg = mma_config.Config(**CASES[case][1], epilogue=epilogue)
     m = make()
-    assert mma.build_all(m, cfg, SM90) >= 1
+    assert mma_kernel.build_all(m, cfg, SM90) >= 1
     PassManager(f"map-to-gpu{{mma-epilogue={epilogue}}}").run(m)
     return m, x, make
 
@@ -108,26 +108,26 @@ def test_with_m_tiles_cuts_stages_and_leaves_split_k():
     make, _ = _int8_conv(N=4, H=16, W=16)   # M = 1024: 8 tiles of 128; K = 64: one K tile
     c = next(c for c in _contractions(make()) if c.M == 1024)
     assert c.K == 64
-    cfg = mma.Config(128, 64, 2, 2, 64, stages=3, epilogue="staged")
-    got = mma.with_m_tiles(c, cfg, 4, SM90)
+    cfg = mma_config.Config(128, 64, 2, 2, 64, stages=3, epilogue="staged")
+    got = mma_config.with_m_tiles(c, cfg, 4, SM90)
     assert (got.m_tiles, got.stages) == (4, 2)
     assert got.describe("s8").endswith("epilogue staged m-tiles 4")
-    assert mma.with_m_tiles(c, cfg, 16, SM90).m_tiles == 8            # at most M's tiles
+    assert mma_config.with_m_tiles(c, cfg, 16, SM90).m_tiles == 8            # at most M's tiles
     split = attrs.evolve(cfg, splits=2)
-    assert mma.with_m_tiles(c, split, 4, SM90) == split
-    assert mma.with_m_tiles(c, cfg, 1, SM90) == cfg
+    assert mma_config.with_m_tiles(c, split, 4, SM90) == split
+    assert mma_config.with_m_tiles(c, cfg, 1, SM90) == cfg
 
 
 def test_m_tiles_keep_two_ctas_per_sm(monkeypatch):
     """At ResNet-50 layer 1's size (M = 32 x 56 x 56 = 100352: 784 tiles of 128; N = 64: one
     tile) 4 tiles per CTA would leave 196 CTAs for 132 SMs: 2 per CTA (392) keep two per SM.
     At M = 6272 (49 tiles) any M tiles would leave fewer: none."""
-    monkeypatch.setattr(mma, "M_TILES_MIN_CTAS", 2)
-    cfg = mma.Config(128, 64, 2, 2, 32, stages=3, epilogue="staged")
+    monkeypatch.setattr(mma_config, "M_TILES_MIN_CTAS", 2)
+    cfg = mma_config.Config(128, 64, 2, 2, 32, stages=3, epilogue="staged")
     for n, want in ((32, 2), (2, 1)):
         model = residual_conv_fp32(N=n, C=64, H=56, W=56)
         c = next(c for c in _contractions(nhwc_loop(model, "fp16")) if c.M == n * 56 * 56)
-        assert mma.with_m_tiles(c, cfg, 4, SM90).m_tiles == want, n
+        assert mma_config.with_m_tiles(c, cfg, 4, SM90).m_tiles == want, n
 
 
 def test_map_to_gpu_option_sets_m_tiles():

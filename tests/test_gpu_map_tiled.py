@@ -19,7 +19,7 @@ from ptxc.dialects.gpu import shared_bytes
 from ptxc.dialects.loop import for_loop, parallel_loop, run_main
 from ptxc.ir import verify
 from ptxc.ir.types import F32, INDEX, BufferType
-from ptxc.lower.gpu_map import tiled as T
+from ptxc.lower.gpu_map import tiled as T, tiled_nest
 from ptxc.target import Target
 
 SM90 = Target.preset("sm_90")    # an H100 SXM: 132 SMs, 227 KiB of shared memory per block
@@ -285,7 +285,7 @@ def test_reduction_reading_what_the_nest_writes_declined():
 def test_footprint_too_big_stays_global():
     # the inner loop spans 20000 rows of b: no tile of b fits in 48 KiB, so the plan shrinks
     # until staging b no longer pays (box >= reads) and b stays in global memory; a is staged
-    nest = T.analyze(kernels(matmul_nest(k=4, red=(0, 4, 1), inner=20000, n=16, m=4))[0])
+    nest = tiled_nest.analyze(kernels(matmul_nest(k=4, red=(0, 4, 1), inner=20000, n=16, m=4))[0])
     p = T.plan(nest, SM90)
     assert p is not None and p.shared_bytes <= SM90.shared_per_block_static
     assert [box.group.buffer.type.shape for box in p.boxes] == [(4, 4)]
@@ -343,8 +343,8 @@ def test_min_reduction_leaves_short_reductions_to_pointwise(model, want):
     module = run_stages(as_module(model), "loop")
     inputs = model_inputs(model)
     before = run_main(module, inputs)
-    nests = [T.analyze(o) for o in kernels(module) if o.name == "loop.parallel"]
-    points = {T.reduction_points(n) for n in nests if n is not None}
+    nests = [tiled_nest.analyze(o) for o in kernels(module) if o.name == "loop.parallel"]
+    points = {tiled_nest.reduction_points(n) for n in nests if n is not None}
     assert points and all((p < 16) == (want == "pointwise") for p in points), points
     PassManager("map-to-gpu{tiled-min-reduction=16}").run(module)
     schedules = [o.attributes["schedule"] for o in kernels(module) if o.name == "gpu.launch"]

@@ -35,7 +35,7 @@ def test_thread_and_block_ids_carry_their_ranges():
 @pytest.mark.parametrize("blocks", [0, 1, 3])
 @pytest.mark.parametrize("tile,rule", [("64x64x2x2", 3), ("128x128x2x2", 1)])
 def test_mma_min_blocks_is_the_kernels_minnctapersm(blocks, tile, rule):
-    """0: mma.min_blocks decides: 3 for a 32 x 32 warp tile (32 accumulators a thread), 1
+    """0: mma_config.min_blocks decides: 3 for a 32 x 32 warp tile (32 accumulators a thread), 1
     (ptxas's choice) for 64 x 64; an explicit count wins."""
     m = loop_module(matmul_model(M=256, K=256, N=128))
     PassManager(f"map-to-gpu{{mma-min-blocks={blocks} mma-tiles=[{tile}]}}").run(m)
@@ -51,7 +51,7 @@ def test_mma_min_blocks_is_the_kernels_minnctapersm(blocks, tile, rule):
                                               (32, 512, "2x2", 1),     # one K tile
                                               (512, 512, "2x2", 1)])   # deep K tiles
 def test_a_128x128_tile_of_several_base_k_tiles_takes_eight_warps(K, N, warps, blocks):
-    """mma.eight_warps: 4 x 2 warps of 32 x 64 (two CTAs per SM: minnctapersm 2) where the
+    """mma_config.eight_warps: 4 x 2 warps of 32 x 64 (two CTAs per SM: minnctapersm 2) where the
     128 x 128 tile's K loop has two base-depth tiles or more; four warps otherwise."""
     m = loop_module(matmul_model(M=8192, K=K, N=N))
     PassManager("map-to-gpu{wgmma=off}").run(m)
@@ -79,7 +79,7 @@ def test_mma_tiles_and_stages_options_choose_the_kernels_tile():
     cp.async stage count (tuning runs: bench/resnet50_int8.py --variant); the pipeline text
     round-trips."""
     from ptxc.rewrite.pipeline import format_pipeline, parse_pipeline
-    # the default tiles: 128 x 128 with 4 K tiles takes eight warps (mma.eight_warps)
+    # the default tiles: 128 x 128 with 4 K tiles takes eight warps (mma_config.eight_warps)
     assert _mma_tiles("") == ["f16 128x128x32 warps 4x2 stages 3 epilogue staged"]
     assert _mma_tiles("wgmma=off mma-tiles=[128x128x2x4,64x64x2x2] mma-stages=4") == [
         "f16 128x128x32 warps 2x4 stages 4 epilogue staged"]

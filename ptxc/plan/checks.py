@@ -296,7 +296,7 @@ def _check_ptx_pdl(text: str, table, source: str) -> None:
     """A kernel the table launches with programmatic stream serialization (``pdl``) must wait
     for the kernels before it (``griddepcontrol.wait``) before it writes memory, or it could
     overwrite what they still read or write what they then overwrite (its copies of constant
-    weights may come before the wait: mma._Builder._prologue)."""
+    weights may come before the wait: mma_kernel._Builder._prologue)."""
     starts = {m.group(1): m.end() for m in _ENTRY.finditer(text)}
     for k in table.kernels:
         if not k.pdl:

@@ -30,7 +30,7 @@ from ...errors import CompileError
 from ...ir.core import Operation
 from ...rewrite.pass_ import Pass, register_pass
 from ...target import Target
-from . import mma, mma_epilogue, pointwise, reduction, tiled, wgmma
+from . import mma, mma_config, mma_epilogue, pointwise, reduction, tiled, wgmma
 from .common import KERNEL_OPS, parallel_space, pdl_enabled, points
 
 #: (name, schedule) in the order they are tried
@@ -103,7 +103,7 @@ def _check_stages(instance, attribute, value):
 def _check_deep_k(instance, attribute, value):
     if not isinstance(value, int) or not 0 <= value <= 64:
         raise ValueError(f"mma-deep-k must be a count of base K tiles in [0, 64] (0: the "
-                         f"schedule's {mma.DEEP_K}), is {value!r}")
+                         f"schedule's {mma_config.DEEP_K}), is {value!r}")
 
 
 def _check_m_tiles(instance, attribute, value):
@@ -113,7 +113,7 @@ def _check_m_tiles(instance, attribute, value):
 
 
 def _check_tiles(instance, attribute, value):
-    mma.parse_tiles(value)
+    mma_config.parse_tiles(value)
 
 
 def _check_wgmma(instance, attribute, value):

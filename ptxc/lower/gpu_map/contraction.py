@@ -52,7 +52,7 @@ import numpy as np
 from ...dialects.loop_contraction import annotation, check, products, reduction_chain
 from ...errors import CompileError
 from ...ir.core import BlockArgument, Operation, Value
-from .tiled import Nest, RedLoop, _affine, _root, analyze as analyze_nest
+from .tiled_nest import Nest, RedLoop, _affine, _root, analyze as analyze_nest
 
 #: operand element -> what the mma multiplies: f16 storage (cast to f32), tf32 (f32 rounded),
 #: s8 (i8 storage cast to i32, summed in i32: graph.qlinear_conv/matmul's int8 form)
@@ -148,7 +148,7 @@ def _slice_back(values, region_ops: list, stop) -> list:
 def analyze(op: Operation) -> Contraction | None:
     """The contraction of nest ``op`` (module docstring), or None when it is not one: it has no
     ``contraction`` annotation, its kind is not a tensor-core kind (:data:`KINDS`), it has no
-    M or no N dim, or its body is not a nest the schedules can map (tiled.analyze)."""
+    M or no N dim, or its body is not a nest the schedules can map (tiled_nest.analyze)."""
     ann = annotation(op) if op.name == "loop.parallel" else None
     if ann is None or ann.kind not in KINDS:
         return None
@@ -227,7 +227,7 @@ def rows_in_memory_order(c: Contraction) -> Contraction:
     M dims. ``c`` itself where the first store is not affine or two M dims share a stride.
     Example: a conv nest over (p, n, q, k) of an NHWC output ``[n][p][q][k]``: M dims (p, n,
     q) -> (n, p, q)."""
-    from .tiled import _affine
+    from .tiled_nest import _affine
     stores = [o for o in c.epilogue if o.name == "loop.store"]
     if len(c.m_dims) < 2 or not stores:
         return c

@@ -56,7 +56,7 @@ from ...ir.core import Operation, Value
 from .common import add, cmp, div, mul, sub
 from ...target import Target
 from .contraction import Contraction, Operand, ctas
-from .tiled import _affine, _root
+from .tiled_nest import _affine, _root
 
 #: bytes per cp.async of a tile copy
 CHUNK = 16
@@ -164,7 +164,7 @@ def issue(bld, b: Builder, tiles: dict, m0: Value, slot) -> None:
     """The cp.asyncs of the output tile at M offset ``m0`` of every tile of ``tiles``
     (:func:`allocate`) into its slot ``slot`` (an index value, or None: the only slot). No
     commit: the caller's group (the K tile these copies go with) covers them."""
-    from .mma import _index_values, _linear, _min, _and
+    from .mma_kernel import _index_values, _linear, _min, _and
     c, cfg = bld.c, bld.cfg
     for s, t, flat in tiles.values():
         x = t.operand

@@ -127,7 +127,7 @@ from ...ir.builder import Builder
 from ...errors import CompileError
 from ...ir.core import Operation, Value
 from ...target import Target
-from . import mma, mma_epilogue
+from . import mma_config, mma_epilogue, mma_kernel
 from .common import add, cmp, const, div, launch_before, mul, sub, target_of
 from .contraction import Contraction, ctas
 
@@ -250,7 +250,7 @@ def shared_bytes(cfg: Config) -> int:
 def blocks_per_sm(cfg: Config, target: Target) -> int:
     """CTAs of ``cfg`` the shared memory of one SM of ``target`` holds (each also takes the
     :data:`mma.BLOCK_RESERVED_SHARED` the driver reserves)."""
-    return target.shared_per_sm // (shared_bytes(cfg) + mma.BLOCK_RESERVED_SHARED)
+    return target.shared_per_sm // (shared_bytes(cfg) + mma_config.BLOCK_RESERVED_SHARED)
 
 
 def with_epilogue(cfg: Config, epilogue: str, target: Target) -> Config:
@@ -272,9 +272,9 @@ def with_epilogue(cfg: Config, epilogue: str, target: Target) -> Config:
 def takes(c: Contraction) -> bool:
     """Whether the wgmma form can compute ``c`` at all: f16 or s8, both operands K-major with
     16-byte runs (the swizzled K-major tiles; module docstring), a grid that fits."""
-    kmajor = mma.Layout(kmajor=True, vector=True)
+    kmajor = mma_config.Layout(kmajor=True, vector=True)
     return (c.kind in KINDS and c.batches <= MAX_GRID_YZ
-            and all(mma.layout(c, x) == kmajor for x in (c.a, c.b)))
+            and all(mma_config.layout(c, x) == kmajor for x in (c.a, c.b)))
 
 
 def choose(c: Contraction, options=None) -> Config | None:
@@ -344,7 +344,7 @@ def _on_tile(c: Contraction, tiles: tuple, bk: int, target: Target) -> Config | 
                  if ctas(c, bm, bn) >= target.sms), None)
 
 
-class _Builder(mma._Builder):
+class _Builder(mma_kernel._Builder):
     """Writes the launch of one contraction in the wgmma form (module docstring). Reuses the
     mma builder's copies (with the xor swizzle of :meth:`_swizzle`) and its point program."""
 
@@ -365,7 +365,7 @@ class _Builder(mma._Builder):
         self.ws = None
         self.flat = {}
         for x in (c.a, c.b):   # cp.async addresses: element offsets into a flat view
-            self.flat[id(x)] = mma.flat_view(top, x.buffer)
+            self.flat[id(x)] = mma_kernel.flat_view(top, x.buffer)
         launch, b = launch_before(c.nest.op, grid, (cfg.threads, 1, 1), SCHEDULE)
         launch.attributes["tile"] = cfg.describe(c.kind)
         self.s = {id(x): shared(b, self._tile_shape(x), self.el, align=SWIZZLE_PERIOD)
@@ -381,15 +381,15 @@ class _Builder(mma._Builder):
                      id(c.b): mul(b, block_id(b, 0), cfg.bn)}
         self.batch_lin = block_id(b, 2)
         self.split = None
-        self.batch = mma._index_values(b, c, c.batch, self.batch_lin) if c.batch else {}
+        self.batch = mma_kernel._index_values(b, c, c.batch, self.batch_lin) if c.batch else {}
         self._prologue(b, self.kts, lambda cb, s, operands, tiles=True:
                        self._copy(cb, s, s, None, operands))
-        zero = b.create("arith.constant", [], {"value": mma._zero(self.acc_t),
+        zero = b.create("arith.constant", [], {"value": mma_kernel._zero(self.acc_t),
                                                "type": self.acc_t}).result
         loop, fb, kt, carried = for_loop(b, 0, self.kts, 1, inits=[zero] * (cfg.bn // 2))
         fb.create("gpu.cp_async_wait", [], {"pending": cfg.stages - 2})
         barrier(fb)
-        stage = mma._rem(fb, kt, cfg.stages)
+        stage = mma_kernel._rem(fb, kt, cfg.stages)
         zero_i = const(fb, 0)
         fb.create("gpu.wgmma_fence", [])
         acc = list(carried)
@@ -409,7 +409,7 @@ class _Builder(mma._Builder):
         # were waited for in iteration kt - 1 by both warpgroups before this one's barrier
         nxt = add(fb, kt, cfg.stages - 1)
         _, ib = if_op(fb, cmp(fb, "lt", nxt, self.kts))
-        self._copy(ib, mma._rem(ib, nxt, cfg.stages), nxt)
+        self._copy(ib, mma_kernel._rem(ib, nxt, cfg.stages), nxt)
         fb.create("gpu.cp_async_commit", [])
         if cfg.overlap:
             acc = list(fb.create("gpu.wgmma_wait", [acc], wait).results)
