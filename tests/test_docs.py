@@ -104,18 +104,11 @@ def test_readme_numbers_are_the_current_results():
             assert value in results, (value, row)
 
 
-# Timings leave docstrings (issue 34): a docstring or comment says what a choice does and why
-# and links where the measurement is recorded (bench/RESULTS.md, bench/history/<date>.md); it
-# names no session and quotes no timing of a dated run or a named GPU. The files below are
-# being split into modules by another branch of the same issue, which cleans their docstrings,
-# and keep their timings until then. Shrink-only: an entry whose file no longer breaks the rule
-# must go (the test says so), and none is added. (The other files that branch and the spine's
-# edit -- tiled.py, rewrite/pass_.py, canonicalization.py, ptx/, plan/load.py, driver/engine.py,
-# target.py -- already pass: what they say of an H100 or H200 is hardware, not timings.)
-_TIMINGS_ALLOWED = {
-    "ptxc/lower/gpu_map/mma.py": "being split into modules; the split cleans its docstrings",
-    "ptxc/lower/tensor_to_loop/nest.py": "being split into modules; the split cleans its docstrings",
-}
+# Timings leave docstrings: a docstring or comment says what a choice does and why and links
+# where the measurement is recorded (bench/RESULTS.md, bench/history/<date>.md); it names no
+# session and quotes no timing of a dated run or a named GPU. Shrink-only exceptions (none now):
+# an entry whose file no longer breaks the rule must go (the test says so).
+_TIMINGS_ALLOWED: dict = {}
 
 _SESSION = re.compile(r"\bsessions? [0-9]+", re.I)
 _DATE = re.compile(r"\b20[0-9]{2}-[0-9]{2}-[0-9]{2}\b")

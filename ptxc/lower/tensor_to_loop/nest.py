@@ -65,7 +65,7 @@ block's conv, ``s`` its shortcut)::
     }
     map-to-gpu (pointwise): 256 blocks of 32         256 blocks of 256 threads; a warp
     threads, 16 bytes per operand and pixel          reads 64 contiguous bytes per operand
-    per thread (about 13 us on the H200)             and pixel
+    per thread (too few threads to hide latency)     and pixel
 
 **Contractions.** The nest of a ``tensor.matmul`` or ``tensor.conv`` carries the
 ``contraction`` annotation, each nest as built (after the unroll-and-jam and the split into a
