@@ -216,19 +216,19 @@ class MapToGpu(Pass):
     where the target has the mma kind (sm_80 and later); below, the tiled and pointwise
     schedules take it.
     ``mma-min-blocks``: blocks per SM an mma kernel's registers must allow (``minctasm``; 0,
-    the default: mma.min_blocks decides: 3 for warp tiles of at most 64 accumulators per
+    the default: mma_config.min_blocks decides: 3 for warp tiles of at most 64 accumulators per
     thread, else ptxas's choice; 3 or 4 for every kernel made ResNet-50 slower in int8 and
     fp16, bench/history/2026-12-02.md; 1: ptxas's choice everywhere).
-    ``mma-deep-k`` (0: mma.DEEP_K, 8): the K, in base K tiles (32 f16 or 64 int8 elements), from
+    ``mma-deep-k`` (0: mma_config.DEEP_K, 8): the K, in base K tiles (32 f16 or 64 int8 elements), from
     which mma.sync K tiles are twice as deep (for timing runs).
     ``mma-stages`` (0: the schedule's 3) and ``mma-tiles`` (``[BMxBNxWARPS_MxWARPS_N, ...]``,
-    largest first; empty: mma.TILES): the mma.sync schedule's cp.async stages and the CTA
+    largest first; empty: mma_config.TILES): the mma.sync schedule's cp.async stages and the CTA
     tiles its heuristic picks from, for tuning runs (``bench/resnet50_int8.py --variant``).
-    ``mma-m-tiles`` (0: mma.m_tiles decides): output tiles each mma.sync CTA computes in turn,
+    ``mma-m-tiles`` (0: mma_config.m_tiles decides): output tiles each mma.sync CTA computes in turn,
     the next one's copies in flight during this one's epilogue (mma.py, "M tiles"; slower
     than one tile per CTA on ResNet-50, bench/history/2026-12-03.md).
     ``mma-flat-m`` (``true``): the point program's loads and stores whose offset is linear in
-    the output row take one linear index (mma.m_linear_accesses) instead of the row's
+    the output row take one linear index (mma_kernel.m_linear_accesses) instead of the row's
     ``(n, p, q)``: fewer integer instructions per output, since the int8 short-K kernels are
     bound by the ALU pipe (Nsight Compute); it made ResNet-50's int8 layer-1 conv3 + residual
     and downsample kernels faster (bench/history/2026-12-03.md); ``false`` keeps ``(n, p, q)``.
@@ -240,7 +240,7 @@ class MapToGpu(Pass):
     instruction, and the runtime launches it while the one before still runs, so the launch
     and the placement of its blocks overlap that kernel's tail (:func:`pdl_enabled`).
     ``pdl-early-weights`` (``true``): there, an mma or wgmma kernel copies the first K tiles
-    of its constant operand (the weights) before it waits (mma._Builder._prologue).
+    of its constant operand (the weights) before it waits (mma_kernel._Builder._prologue).
     ``index32`` (``true``): mma and wgmma launches ask for 32-bit index arithmetic
     (gpu.launch ``index_bits``, granted where every buffer is small enough; not the mma
     kernels with flat-row accesses, mma.INDEX32): a tenth less SASS in ResNet-50 b32's

@@ -223,7 +223,7 @@ def ctas(c: Contraction, bm: int, bn: int) -> int:
 def rows_in_memory_order(c: Contraction) -> Contraction:
     """``c`` with its M dims ordered as the output's memory has them (largest stride first),
     so that consecutive rows ``m`` are consecutive output rows: a point program's accesses are
-    then linear in ``m`` (mma.m_linear_accesses) where the output and A are contiguous over the
+    then linear in ``m`` (mma_kernel.m_linear_accesses) where the output and A are contiguous over the
     M dims. ``c`` itself where the first store is not affine or two M dims share a stride.
     Example: a conv nest over (p, n, q, k) of an NHWC output ``[n][p][q][k]``: M dims (p, n,
     q) -> (n, p, q)."""

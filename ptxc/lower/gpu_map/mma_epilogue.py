@@ -3,7 +3,7 @@
 The tensor core leaves a warp's ``WM x WN`` results in the mma fragment layout: lane ``l`` holds
 rows ``l/4`` and ``l/4 + 8`` and columns ``2 (l%4)``, ``2 (l%4) + 1`` of each 16x8 tile. Two
 ways to run the point program (start value + sum, bias, residual, activation, cast, store) on
-them, chosen by :attr:`mma.Config.epilogue`:
+them, chosen by :attr:`mma_config.Config.epilogue`:
 
 ``fragment`` (the default; mma.py ``_Builder._epilogue``): straight from the registers, one
 point per accumulator element. A warp's store instruction then touches 8 rows x 4 two-element
@@ -43,8 +43,8 @@ Decisions:
 * a separate ``gpu.shared`` region, not the pipeline's stages: shared buffers are typed (f16 /
   i8 stages, f32 / i32 accumulators) and the dialect has no aliasing view of another element
   type. It costs ``warps x 8 x (WN + 8) x 4`` bytes: 9 KiB at 4 warps of 64 x 64.
-  :func:`mma.shared_bytes` counts it (a total over 48 KiB goes to dynamic shared memory as any
-  other, loop_to_llvm) and :func:`mma.valid` keeps it under the limit.
+  :func:`mma_config.shared_bytes` counts it (a total over 48 KiB goes to dynamic shared memory as any
+  other, loop_to_llvm) and :func:`mma_config.valid` keeps it under the limit.
 * 8-row slabs, not 16: the 128x128x64 tile's 96 KiB of stages plus 8-row staging (105 KiB)
   still lets two CTAs share an sm_90 SM (228 KiB, 1 KiB reserved per CTA); 16-row staging (18 KiB)
   would not. The price: two warp barriers per slab (``WM / 8`` slabs), none after the last.
@@ -69,7 +69,7 @@ Decisions:
   shared memory, in either epilogue.
 * the guards ``m < M``, ``n < N`` stay per element, as in the fragment epilogue.
 * WN whose rows 16 lanes do not tile (48; over 64 at most 4096 accumulators per warp, e.g.
-  32 x 128): element ``lane + 32 it`` of the slab, one column per lane (``mma.TILES`` has
+  32 x 128): element ``lane + 32 it`` of the slab, one column per lane (``mma_config.TILES`` has
   neither; forced or tuner configs only).
 
 A lane's ``v`` consecutive elements go as one vector store where LLVM's load/store vectorizer
@@ -87,7 +87,7 @@ from .common import add, div, mul, sub
 
 #: map-to-gpu's default (why: MapToGpu's docstring)
 DEFAULT_EPILOGUE = "staged"
-#: the values of :attr:`mma.Config.epilogue`
+#: the values of :attr:`mma_config.Config.epilogue`
 EPILOGUES = ("fragment", "staged")
 #: the epilogues through the shared staging region
 STAGED = ("staged",)
@@ -133,7 +133,7 @@ def staged(bld, b, acc: list, warp_rows: int | None = None) -> None:
     m_warp = add(b, bld.base[id(c.a)], bld.wm0)
     n_warp = add(b, bld.base[id(c.b)], bld.wn0)
     # the lane's elements of a slab: vec consecutive columns of rows lane / (WN / vec) + k *
-    # (32 vec / WN) where WN / vec lanes divide a warp (every tile of mma.TILES); else (WN = 48)
+    # (32 vec / WN) where WN / vec lanes divide a warp (every tile of mma_config.TILES); else (WN = 48)
     # element e = lane + 32 it of the slab, a warp instruction spanning two rows
     vec = max(1, wn // ROW_LANES)
     lanes_per_row = wn // vec

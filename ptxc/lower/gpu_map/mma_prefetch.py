@@ -40,7 +40,7 @@ kernels still ran slower than with no tiles (``map-to-gpu{mma-epilogue-tiles=fal
 bench/history/2026-12-03.md), so long loops take none.
 
 Costs ``BM x BN`` elements of shared memory per tile load (int8 128 x 128: 16 KiB; f16: 32 KiB),
-counted by :func:`mma.shared_bytes`, so a config that would not fit is not chosen. No padding:
+counted by :func:`mma_config.shared_bytes`, so a config that would not fit is not chosen. No padding:
 the staged epilogue's two half-warps read two rows of the tile, which for a 128-byte int8 row
 fall in the same banks (a 2-way conflict on one shared load per 4 outputs); f16 and f32 reads
 split by half-warps already.

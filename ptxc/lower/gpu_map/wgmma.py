@@ -11,7 +11,7 @@ nest in the lockstep interpreter. ``auto`` takes it under the same rule as f16
 
 It takes what the mma schedule takes (:func:`contraction.analyze`: a MatMul, Gemm or batched
 MatMul nest of f16 operands accumulating in f32, or s8 in i32) when both operands are
-**K-major** with 16-byte runs (:func:`mma.layout` ``Layout(kmajor=True, vector=True)``: A [M, K]
+**K-major** with 16-byte runs (:func:`mma_config.layout` ``Layout(kmajor=True, vector=True)``: A [M, K]
 and a weight stored [N, K], as ptxc stores a Gemm's or a transposed MatMul's), and writes::
 
     grid = (N / BN, M / BM, batches)    block = BM / 64 warpgroups (BM = 128: 256 threads)
@@ -30,7 +30,7 @@ and a weight stored [N, K], as ptxc stores a Gemm's or a transposed MatMul's), a
     for each accumulator i of the thread (warp w of its warpgroup wg, lane l):
         m = BM by + 64 wg + 16 w + l / 4 + 8 ((i / 2) % 2),  n = BN bx + 8 (i / 4) + 2 (l % 4) + i % 2
         where m < M and n < N: the nest's point program (start + acc, bias, activation, cast,
-        store), as the mma schedule's fragment epilogue (:meth:`mma._Builder._guarded_point`)
+        store), as the mma schedule's fragment epilogue (:meth:`mma_kernel._Builder._guarded_point`)
 
 **Epilogue** (:attr:`Config.epilogue`, map-to-gpu's ``wgmma-epilogue``): ``fragment`` runs
 the point program per accumulator where the D layout puts it (above): a warp's store
@@ -249,7 +249,7 @@ def shared_bytes(cfg: Config) -> int:
 
 def blocks_per_sm(cfg: Config, target: Target) -> int:
     """CTAs of ``cfg`` the shared memory of one SM of ``target`` holds (each also takes the
-    :data:`mma.BLOCK_RESERVED_SHARED` the driver reserves)."""
+    :data:`mma_config.BLOCK_RESERVED_SHARED` the driver reserves)."""
     return target.shared_per_sm // (shared_bytes(cfg) + mma_config.BLOCK_RESERVED_SHARED)
 
 
@@ -440,7 +440,7 @@ class _Builder(mma_kernel._Builder):
 def build(c: Contraction, cfg: Config, target: Target,
           early_weights: bool = False) -> Operation:
     """The wgmma launch of ``c`` with tile ``cfg`` for ``target`` (inserted before its nest,
-    which the caller erases); ``early_weights``: mma._Builder's."""
+    which the caller erases); ``early_weights``: mma_kernel._Builder's."""
     if not target.has("wgmma"):
         raise CompileError(f"{c.nest.op.where}: a wgmma kernel needs an sm_90 target, the "
                            f"target is {target.arch}")
