@@ -451,7 +451,7 @@ def test_cuda_round_trip_without_the_compiler(cuda_engine, cuda_good, tmp_path, 
     assert path.read_bytes() == cuda_good
     for mod, name in ((ptxc.compiler, "run_stages"), (ptxc.compiler, "compile"),
                       (ptxc.lower.loop_to_llvm, "lower_loop_to_llvm"),
-                      (ptxc.ptx, "lower_to_ptx"), (ptxc.ptx, "optimize_nvptx"),
+                      (ptxc.codegen.builder, "lower_to_ptx"), (ptxc.ptx, "optimize_nvptx"),
                       (ptxc.rewrite.pass_manager.PassManager, "run"), (ptxc.codegen, "build")):
         monkeypatch.setattr(mod, name, _forbidden)
     monkeypatch.setattr(planmod, "device_arch", lambda: None)

@@ -74,8 +74,7 @@ import numpy as np
 from ..codegen.artifact import Artifact
 from ..codegen.host import LIBGCC, LIBM, host_cpu_features
 from ..errors import CompileError
-from ..ptx.target import arch_number
-from ..target import Target, device_arch, device_target
+from ..target import Target, arch_number, device_arch, device_target
 from .checks import _check_code, _check_ptx, _kernel_table, _stored_memory_plan
 from .format import ALIGN, CAUSES, FORMAT_VERSION, MAGIC, _is_int, _refuse, decode_plan
 from .object_code import check_object
