@@ -81,7 +81,7 @@ def rebatch(model, batch: int):
 
 
 def load(name: str, batch: int):
-    from tests import light_models as L
+    from tests.support import light_models as L
     return rebatch(L.with_random_weights(L.load(name)), batch)
 
 

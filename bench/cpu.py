@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-import light_models as lm  # noqa: E402
+from support import light_models as lm  # noqa: E402
 
 import ptxc  # noqa: E402
 

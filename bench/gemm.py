@@ -1,13 +1,13 @@
 """GEMM micro-benchmark: ptxc's mma schedule against cuBLAS (torch.matmul), same run, same GPU.
 
 Each shape is an fp16 MatMul (f16 operands, f32 accumulation) built as an ONNX model and lowered
-by ptxc to the loop stage (tests/contraction_ir.py: the contraction form the precision pass
-hands to the mma schedule), mapped by map-to-gpu, compiled to PTX and launched straight from
+by ptxc to the loop stage (tests/support/contraction_ir.py: the contraction form the precision
+pass hands to the mma schedule), mapped by map-to-gpu, compiled to PTX and launched straight from
 the kernel table (no engine: the kernel alone, as torch.matmul is the cuBLAS kernel alone).
 
 ``--precision int8``: an ONNX MatMulInteger of an int8 input A [M, K] and a constant int8 B
-[K, N] (tests/int8_ir.py; ptxc stores B transposed, K contiguous, as a fully connected layer's
-weights), i32 result, against ``torch._int_mm`` (cuBLASLt int8, i32 result) on the same data
+[K, N] (tests/support/int8_ir.py; ptxc stores B transposed, K contiguous, as a fully connected
+layer's weights), i32 result, against ``torch._int_mm`` (cuBLASLt int8, i32 result) on the same data
 (B handed to torch column-major, cuBLASLt's preferred int8 layout, where torch accepts it);
 both results must be equal, element for element (exact integer sums). ``--ptxas`` (no GPU
 needed) assembles every candidate tile of the search space and prints registers and spills.
@@ -58,9 +58,9 @@ def loop_gemm(M, K, N, precision="fp16", kmajor_b=False):
     """The loop module (nothing mapped) of the benchmark's GEMM M x K x N (``kmajor_b``: B
     given [N, K])."""
     if precision == "int8":
-        from int8_ir import loop_module as int8_loop, matmul_integer_model
+        from support.int8_ir import loop_module as int8_loop, matmul_integer_model
         return int8_loop(matmul_integer_model(M, K, N))
-    from contraction_ir import loop_module, matmul_model
+    from support.contraction_ir import loop_module, matmul_model
     return loop_module(matmul_model(M=M, K=K, N=N, bias=False, relu=False, trans_b=kmajor_b))
 
 
@@ -71,9 +71,10 @@ def ptxc_kernel(M, K, N, cfg=None, precision="fp16", kmajor_b=False, wgmma="auto
     from ptxc.lower.gpu_map import mma
     from ptxc.codegen import lower_to_ptx
     from ptxc.rewrite import PassManager
+    from ptxc.target import Target
     m = loop_gemm(M, K, N, precision, kmajor_b)
     if cfg is not None:
-        mma.build_all(m, cfg)
+        mma.build_all(m, cfg, Target.resolve())
     PassManager(f"map-to-gpu{{wgmma={wgmma}}}").run(m)
     scheds = [o.attributes["schedule"] for o in m.walk() if o.name == "gpu.launch"]
     return lower_to_ptx(m), scheds
@@ -95,7 +96,8 @@ def search_space(M, K, N, precision="fp16", min_tile=128 * 128):
     m = loop_gemm(M, K, N, precision)
     c = next(contraction.analyze(o) for o in m.walk()
              if o.name == "loop.parallel" and contraction.analyze(o) is not None)
-    return [x for x in mma.candidates(c) if x.bm * x.bn >= min_tile and x.stages >= 3
+    from ptxc.target import Target
+    return [x for x in mma.candidates(c, Target.resolve()) if x.bm * x.bn >= min_tile and x.stages >= 3
             and x.threads <= 256]
 
 
@@ -178,7 +180,7 @@ def run_shape(M, K, N, program=None, precision="fp16", kmajor_b=False, wgmma="au
         M, K, N, precision=precision, kmajor_b=kmajor_b, wgmma=wgmma)
     rng = np.random.default_rng(0)
     if precision == "int8":
-        from int8_ir import matmul_integer_model
+        from support.int8_ir import matmul_integer_model
         from onnx import numpy_helper
         a = rng.integers(-128, 128, (M, K)).astype(np.int8)
         b = numpy_helper.to_array(matmul_integer_model(M, K, N).graph.initializer[0])

@@ -96,7 +96,7 @@ def main():
     if a.resnet:
         import sys
         sys.path.insert(0, "tests")
-        import light_models as lm
+        from support import light_models as lm
         from ptxc.compiler import as_module, run_stages
         module = run_stages(as_module(lm.load("resnet50")), "loop", target="cpu")
         n = sum(o.name == "arith.check_index" for o in module.walk())

@@ -5,7 +5,7 @@ inputs: top-1 agreement and cosine similarity, on ptxc's cpu engine.
 
     PYTHONPATH=. python bench/resnet50_int8.py --calib 8 --n 256 --method percentile
 
-Random weights (tests/light_models.with_random_weights) and N(0, 1) inputs: no download.
+Random weights (tests/support/light_models.with_random_weights) and N(0, 1) inputs: no download.
 
 ``--gpu`` (on the GPU machine): throughput of ResNet-50 (torchvision, random weights, the
 model bench/gpu.py builds) at ``--batch`` (32) on the cuda target, ptxc int8 against ptxc fp16,
@@ -381,7 +381,7 @@ def main(argv=None):
         ap.error(f"--epilogues: {', '.join(bad)}: the epilogues are {', '.join(EPILOGUES)}")
     if args.gpu:
         return gpu_main(args)
-    import light_models as L
+    from support import light_models as L
 
     import ptxc
     from ptxc.calib import calibrate, quantize_int8

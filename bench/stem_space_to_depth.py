@@ -149,7 +149,7 @@ def main(argv=None) -> int:
     ap.add_argument("--form", default="shifted", choices=("pad", "shifted", "crd"))
     args = ap.parse_args(argv)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-    import light_models as L
+    from support import light_models as L
     import onnxruntime as ort
 
     import ptxc

@@ -2,7 +2,8 @@
 and paste its output over that section."""
 import sys, os
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-import light_models as lm, ptxc
+import ptxc
+from support import light_models as lm
 from ptxc.explore import op_counts, run_graph_stage
 from ptxc.pipeline import CompileOptions, build_pipeline
 from ptxc.rewrite import PassManager

@@ -46,7 +46,7 @@ def _light_model_weight(item) -> int:
     callspec = getattr(item, "callspec", None)
     if callspec is None or item.get_closest_marker("slow") is None:
         return 0
-    import light_models as lm
+    from support import light_models as lm
     sizes = [os.path.getsize(lm.path(v)) for v in callspec.params.values()
              if isinstance(v, str) and v in lm.NAMES]
     return max(sizes, default=0)

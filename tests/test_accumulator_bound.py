@@ -7,7 +7,7 @@ hold for every input: an adversarial input reaches it exactly, and no input pass
 import numpy as np
 import pytest
 
-import int8_ir
+from support import int8_ir
 import ptxc
 from ptxc.dialects.loop import run_main
 from ptxc.errors import CompileError, VerifyError

@@ -9,8 +9,8 @@ import pytest
 from onnx import helper
 
 import ptxc
-from attention_models import bert_attention
-from new_ops import check_model, close, graph_model, onnxruntime_run
+from support.attention_models import bert_attention
+from support.new_ops import check_model, close, graph_model, onnxruntime_run
 from ptxc.dialects.graph.attention import attention
 from ptxc.ir import interpret
 from ptxc.rewrite import PassManager

@@ -12,7 +12,7 @@ from ptxc.errors import PtxcError
 from ptxc.tools.bench import LatencyStats, bench_engine, measure, percentile
 from ptxc.tools.profile import profile_engine
 
-from tool_models import cbr_model, save
+from support.tool_models import cbr_model, save
 
 
 class FakeClock:

@@ -6,7 +6,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from bench_scripts import load
+from support.bench_scripts import load
 
 s2d = load("stem_space_to_depth")
 

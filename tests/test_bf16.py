@@ -130,7 +130,7 @@ def test_bf16_inputs_and_constant_inputs_interpret():
 def test_bf16_arithmetic_reaching_llvm_is_a_compile_error():
     """The compiled code has no bf16 arithmetic: a loop-level bf16 add is a typed error."""
     from ptxc.errors import CompileError
-    from ptxc.lower.llvm_scalar import supported, storable
+    from ptxc.lower.llvm_types import supported, storable
     from ptxc.ir.types import BF16 as T
     assert storable(T) and not supported(T)
     assert issubclass(CompileError, ptxc.PtxcError)

@@ -12,7 +12,7 @@ import ptxc
 from ptxc.calib import calibrate, collect_ranges, make_calibrator
 from ptxc.calib.progress import Progress
 from ptxc.errors import CalibrationCacheError, CalibrationError
-from small_nets import conv_relu_pool
+from support.small_nets import conv_relu_pool
 
 
 def _data(n=4, seed=1):

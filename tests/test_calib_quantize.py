@@ -13,7 +13,7 @@ from ptxc.calib import calibrate, quantize_int8
 from ptxc.calib.quantize import quantize_weights
 from ptxc.ir.printer import print_ir
 from ptxc.rewrite.pass_manager import PassManager
-from qdq_models import small_cnn
+from support.qdq_models import small_cnn
 
 RNG = np.random.default_rng(11)
 

@@ -6,7 +6,7 @@ input), and compiled cpu engines with ``layout="nhwc"`` match onnxruntime."""
 import numpy as np
 import pytest
 
-import light_models as lm
+from support import light_models as lm
 import ptxc
 from ptxc.explore import op_counts
 from ptxc.ir import interpret

@@ -155,7 +155,7 @@ def test_cli_version_verbose_and_passing_check_numerics(capsys):
 
 
 def test_cli_verbose_logs_compile_stages(tmp_path, capsys):
-    from tool_models import cbr_model, save
+    from support.tool_models import cbr_model, save
     model = save(cbr_model(), tmp_path / "m.onnx")
     assert main(["-v", "compile", model, "--target", "cpu"]) == 0
     err = capsys.readouterr().err
@@ -181,7 +181,7 @@ def test_cli_early_one_line_file_errors(tmp_path, capsys):
 
 
 def test_cli_plan_refuses_compile_options(tmp_path, capsys):
-    from small_nets import conv_relu_pool
+    from support.small_nets import conv_relu_pool
     plan = tmp_path / "s.plan"
     ptxc.compile(conv_relu_pool(), target="cpu").save(plan)
     assert main(["run", str(plan), "--target", "cuda"]) == 2
@@ -228,7 +228,7 @@ def test_cli_ctrl_c_exits_130_with_one_line(capsys, monkeypatch):
 def test_progress_lines_only_on_a_terminal():
     import io
     import logging
-    from small_nets import conv_relu_pool
+    from support.small_nets import conv_relu_pool
     from ptxc.cli import setup_logging
 
     class Tty(io.StringIO):

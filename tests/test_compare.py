@@ -17,7 +17,7 @@ from ptxc.rewrite.pattern import RewritePattern
 from ptxc.tools.bisect import bisect_model
 from ptxc.tools.compare import compare_model, diff
 
-from tool_models import cbr_model, save
+from support.tool_models import cbr_model, save
 
 
 class AddBecomesSub(RewritePattern):

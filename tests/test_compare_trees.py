@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from bench_scripts import load
+from support.bench_scripts import load
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 

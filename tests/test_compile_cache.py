@@ -10,7 +10,7 @@ import ptxc
 import ptxc.compiler as compiler
 from ptxc.plan import cache
 
-from tool_models import cbr_model, save
+from support.tool_models import cbr_model, save
 
 
 def _on(monkeypatch, tmp_path):

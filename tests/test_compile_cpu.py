@@ -4,11 +4,11 @@ weights against onnxruntime (rtol 1e-3, atol 1e-5) through every stage and the L
 import numpy as np
 import pytest
 
-import light_models as lm
+from support import light_models as lm
 import ptxc
 from ptxc.errors import BindingError, CompileError
 
-from small_nets import conv_relu_pool as small_net
+from support.small_nets import conv_relu_pool as small_net
 
 
 def test_engine_runs_and_names_its_bindings():

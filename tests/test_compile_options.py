@@ -18,7 +18,7 @@ from ptxc.pipeline import (LAYOUT_PIPELINES, STAGE_PIPELINES, CompileOptions, bu
                            run_stages)
 from ptxc.target import Target
 
-from tool_models import cbr_model, save
+from support.tool_models import cbr_model, save
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

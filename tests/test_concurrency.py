@@ -3,17 +3,17 @@
 The reference for each input is the same engine run single-threaded first (itself checked
 against the interpreter); then 8 threads run 200 inferences each on random inputs from that set
 and every output is compared bitwise. The body is shared with the GPU test
-(tests/gpu/test_cuda_concurrency.py) through tests/concurrency.py.
+(tests/gpu/test_cuda_concurrency.py) through tests/support/concurrency.py.
 """
 
 import numpy as np
 import pytest
 
 import ptxc
-from concurrency import (context_runners, deep_net, eight_threads_zero_wrong, engine_runners,
-                         hammer, make_inputs, reference)
+from support.concurrency import (context_runners, deep_net, eight_threads_zero_wrong,
+                                 engine_runners, hammer, make_inputs, reference)
 from ptxc.driver.arena import ArenaAllocator
-from small_nets import conv_relu_pool
+from support.small_nets import conv_relu_pool
 
 
 @pytest.fixture(scope="module")

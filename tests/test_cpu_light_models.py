@@ -1,4 +1,4 @@
-"""The nine light model-zoo models (tests/light_models.py) compiled for the CPU: imported,
+"""The nine light model-zoo models (tests/support/light_models.py) compiled for the CPU: imported,
 optimized by ``graph-opt``, lowered to tensors, bufferized into loop nests, emitted as LLVM IR
 and JIT-compiled; each program's output equals the expected output shipped with onnx. Compile
 and run times are printed (never asserted)."""
@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-import light_models as lm
+from support import light_models as lm
 import ptxc
 from ptxc.driver.cpu import CpuProgram
 from ptxc.lower.loop_to_llvm import lower_loop_to_llvm

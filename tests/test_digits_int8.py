@@ -8,7 +8,7 @@ import pytest
 
 import ptxc
 
-import bench_scripts
+from support import bench_scripts
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@
 
 import numpy as np
 import pytest
-from loop_ir import const, load, module, op
+from support.loop_ir import const, load, module, op
 from test_tensor_to_loop import empty, generic, three_ways
 
 from ptxc.dialects.loop import for_loop, parallel_loop, run_main
@@ -22,6 +22,9 @@ from ptxc.ir import verify
 from ptxc.ir.types import F16, F32, F64, BufferType
 from ptxc.lower.gpu_map import tiled as T
 from ptxc.lower.loop_to_llvm import lower_loop_to_llvm
+from ptxc.target import Target
+
+SM90 = Target.preset("sm_90")    # an H100 SXM: 132 SMs, 227 KiB of shared memory per block
 
 RNG = np.random.default_rng(2026)
 
@@ -76,7 +79,7 @@ def test_compiled_float_max_min_propagate_nan_from_either_side():
 @pytest.mark.parametrize("el", [F32, F64, F16])
 def test_compiled_max_min_against_signed_zeros_match_numpy(el):
     """max(x, +0.0) (a relu) and min(x, -0.0) compile to llvm.maximum/minimum for f32/f64
-    (llvm_scalar's _tie_free_bound): NaN propagates and a tie gives numpy's zero; max(x, -0.0)
+    (llvm_bounds' _tie_free_bound): NaN propagates and a tie gives numpy's zero; max(x, -0.0)
     and min(x, +0.0), whose ties numpy breaks the other way, stay compare-and-select. All four
     equal numpy on NaN, +-0, +-inf and ordinary values, sign of zero included."""
     t = BufferType((8,), el)
@@ -118,7 +121,7 @@ def test_tiled_edge_threads_read_nothing_past_a_global_operand():
                   "d": BufferType((m_, n_, k_), F32), "y": BufferType((m_, n_), F32)},
                  ["y"], body)
     (nest,) = [o for o in mod.walk() if o.name == "loop.parallel"]
-    plan = T.plan(T.analyze(nest))
+    plan = T.plan(T.analyze(nest), SM90)
     assert sorted(box.group.buffer.type.shape for box in plan.boxes) == [(m_, k_), (k_, n_)]
     launch = T.schedule(nest, None)
     nest.erase()

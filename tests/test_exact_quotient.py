@@ -153,7 +153,7 @@ def _requant_ops(m):
 
 def test_lowered_quantize_linear_interpreter_and_cpu_engine():
     import ptxc
-    from one_node import make_model
+    from support.one_node import make_model
     from ptxc.compiler import as_module, run_stages
     rng = np.random.default_rng(30)
     for cv, zp in ((np.float32(0.027879247), np.int8(3)), (np.float32(2 - 2 ** -23), np.int8(0)),
@@ -176,7 +176,7 @@ def test_lowered_quantize_linear_interpreter_and_cpu_engine():
 
 def test_int8_residual_conv_requantizes_without_f64_or_division():
     import ptxc
-    from int8_ir import conv_model, inputs_for, loop_module
+    from support.int8_ir import conv_model, inputs_for, loop_module
     model = conv_model(2, 16, 6, 6, 32, 3, 3, pad=1, residual=True)
     feeds = inputs_for(model)
     want = ptxc.interpret(ptxc.import_onnx(model), feeds)

@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ptxc
-from new_ops import check_model, close, graph_model, onnxruntime_run
+from support.new_ops import check_model, close, graph_model, onnxruntime_run
 
 RNG = np.random.default_rng(7)
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import int8_ir
+from support import int8_ir
 import ptxc
 from ptxc.compiler import run_stages, as_module
 from ptxc.pipeline import CompileOptions, build_pipeline
@@ -25,10 +25,10 @@ from ptxc.driver.cpu import CpuProgram
 from ptxc.errors import CompileError, VerifyError
 from ptxc.ir import DenseElements
 from ptxc.ir.types import F32, ScalarType
-from ptxc.lower.llvm_scalar import MAGIC, magic_exact, round_to_magic_exact
+from ptxc.lower.llvm_bounds import MAGIC, magic_exact, round_to_magic_exact
 from ptxc.rewrite.pass_manager import PassManager
 from ptxc.rewrite.passes.graph_opt import GRAPH_OPT
-from loop_ir import load, module, op, store
+from support.loop_ir import load, module, op, store
 from test_loop_dialect import buf
 from test_magic_conversions import _ptx
 

@@ -14,7 +14,7 @@ import ptxc
 from ptxc.ir.printer import print_ir
 from ptxc.rewrite.explain import Explain
 from ptxc.rewrite.pass_manager import PassManager
-from qdq_models import quantize_qdq, small_cnn
+from support.qdq_models import quantize_qdq, small_cnn
 
 RNG = np.random.default_rng(3)
 
@@ -199,7 +199,7 @@ def test_nonlinear_residual_epilogue_keeps_the_division():
 
 @pytest.fixture(scope="module")
 def qdq_resnet50():
-    import light_models as L
+    from support import light_models as L
     m = L.with_random_weights(L.load("resnet50"))
     qm = quantize_qdq(m, [L.random_inputs(m, seed=s) for s in range(4)])
     return qm, L.random_inputs(m, seed=99)
@@ -272,7 +272,7 @@ def test_qdq_resnet50_folds_and_matches_onnxruntime(qdq_resnet50):
 
 def qdq_small_resnet():
     """qdq_models.small_resnet quantized by onnxruntime, and a maker of its inputs."""
-    from qdq_models import small_resnet
+    from support.qdq_models import small_resnet
     rng = np.random.default_rng(1)
 
     def x():

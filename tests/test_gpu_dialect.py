@@ -17,7 +17,7 @@ from ptxc.errors import CompileError, VerifyError
 from ptxc.ir import parse_ir, print_ir, verify
 from ptxc.ir.types import F32, I64, INDEX, BufferType
 
-from loop_ir import const, load, module, op, store
+from support.loop_ir import const, load, module, op, store
 
 
 def buf(*shape, el=F32):

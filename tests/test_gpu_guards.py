@@ -10,8 +10,8 @@ chunk of exactly one element (``K = 33``: one more than a multiple of every chun
 """
 
 import numpy as np
-from loop_ir import const, load, module, op, store
-from one_node import make_model
+from support.loop_ir import const, load, module, op, store
+from support.one_node import make_model
 
 from ptxc.compiler import as_module, run_stages
 from ptxc.dialects.loop import parallel_loop, run_main

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-import light_models as lm
+from support import light_models as lm
 import ptxc
 from ptxc import interpret
 from ptxc.dialects.func import func_body, functions
@@ -25,8 +25,8 @@ from ptxc.lower.gpu_map import SCHEDULES, MapToGpu
 from ptxc.lower.gpu_map.common import block_size, delinearize, grid_size
 from ptxc.rewrite import PassManager, get_pass
 
-from loop_ir import const, load, module, op, store
-from one_node import make_model, rand
+from support.loop_ir import const, load, module, op, store
+from support.one_node import make_model, rand
 from property.strategies import graphs
 
 TO_LOOP = "lower-graph-to-tensor,fuse-tensor-elementwise,lower-tensor-to-loop"
@@ -103,7 +103,7 @@ def test_offsets_and_steps_become_induction_values():
 @pytest.mark.parametrize("rows,block", [(8192, 32), (132 * 256, 256), (64, 32)])
 def test_nests_whose_threads_loop_spread_over_the_sms(rows, block):
     """y[i] = sum_j x[i, j]: each thread runs a loop over j; with fewer rows than 256 per SM
-    (mma.SMS) the blocks shrink, a warp at least, so the grid covers every SM (a global average
+    (the target's SM count: 132 on the default sm_90 target) the blocks shrink, a warp at least, so the grid covers every SM (a global average
     pool of 8192 channel groups ran in 32 blocks of 256); plain nests keep 256."""
     def body(b, x, y):
         _, p, (i,) = parallel_loop(b, (0,), (rows,))

@@ -8,12 +8,15 @@ without spills; on a GPU (``gpu`` marker) it gives the interpreter's answer.
 import numpy as np
 import pytest
 
-from contraction_ir import conv_model, inputs_for, loop_module, matmul_model
+from support.contraction_ir import conv_model, inputs_for, loop_module, matmul_model
 from ptxc.dialects.loop import run_main
 from ptxc.lower.gpu_map import contraction, mma
 from ptxc.ptx import assemble, ptxas_path
 from ptxc.codegen import lower_to_ptx
 from ptxc.rewrite import PassManager
+from ptxc.target import Target
+
+SM90 = Target.preset("sm_90")    # an H100 SXM: 132 SMs, 227 KiB of shared memory per block
 
 needs_ptxas = pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not installed here")
 
@@ -187,7 +190,7 @@ def forced(model, cfg):
     m = loop_module(model)
     x = inputs_for(model)
     want = run_main(m, x)
-    assert mma.build_all(m, cfg) >= 1
+    assert mma.build_all(m, cfg, SM90) >= 1
     PassManager("map-to-gpu").run(m)
     return m, x, want
 
@@ -303,7 +306,7 @@ def test_static_and_dynamic_shared_kernels_in_one_module():
              contraction.analyze(o) is not None]
     assert len(nests) == 2
     for op, cfg in zip(nests, (mma.Config(64, 64, 2, 2, 32, stages=2), BIG)):
-        mma.build(contraction.analyze(op), cfg)
+        mma.build(contraction.analyze(op), cfg, SM90)
         op.erase()
     PassManager("map-to-gpu").run(m)
     check_close(run_main(m, x), want)

@@ -11,14 +11,17 @@ interpreter's answer.
 import numpy as np
 import pytest
 
-import contraction_ir
-import int8_ir
+from support import contraction_ir
+from support import int8_ir
 import ptxc
 from ptxc.dialects.loop import run_main
 from ptxc.lower.gpu_map import contraction, mma, mma_epilogue
 from ptxc.ptx import assemble, ptxas_path
 from ptxc.codegen import lower_to_ptx
 from ptxc.rewrite import PassManager
+from ptxc.target import Target
+
+SM90 = Target.preset("sm_90")    # an H100 SXM: 132 SMs, 227 KiB of shared memory per block
 
 needs_ptxas = pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not installed here")
 STAGED = "map-to-gpu{mma-epilogue=staged}"
@@ -38,7 +41,7 @@ def both(make_loop, x, cfg=None):
     for epi in mma_epilogue.EPILOGUES:
         m = make_loop()
         if cfg is not None:
-            assert mma.build_all(m, mma.Config(**{**cfg, "epilogue": epi})) >= 1
+            assert mma.build_all(m, mma.Config(**{**cfg, "epilogue": epi}), SM90) >= 1
         PassManager(f"map-to-gpu{{mma-epilogue={epi}}}").run(m)
         tiles = mma_tiles(m)
         assert tiles and all(t.endswith(f"epilogue {epi}") == (epi != "fragment")
@@ -97,7 +100,7 @@ def test_staged_region_is_counted_in_shared_bytes():
     assert shared_bytes(launch) == 3 * 96 * 32 * 2 + 2 * 8 * 40 * 4
     c = next(mma.analyze(o) for o in contraction_ir.loop_module(model).walk()
              if o.name == "loop.parallel" and mma.analyze(o) is not None)
-    assert mma.shared_bytes(c, cfg) == shared_bytes(launch)
+    assert mma.shared_bytes(c, cfg, SM90) == shared_bytes(launch)
 
 
 def test_bad_epilogue_option_is_a_compile_error():
@@ -181,9 +184,9 @@ def test_epilogue_tiles_only_where_they_paid_on_the_h200():
     layer1 = C(M=100352, N=256, K=64, batches=1)
     layer3 = C(M=6272, N=1024, K=256, batches=1)
     for bk in (64, 32):          # int8, f16
-        assert mma_prefetch.worth_it(layer1, mma.Config(128, 128, 2, 2, bk))
-        assert not mma_prefetch.worth_it(layer3, mma.Config(128, 128, 2, 2, bk))
-    assert not mma_prefetch.worth_it(layer1, mma.Config(128, 128, 2, 2, 64, splits=2))
+        assert mma_prefetch.worth_it(layer1, mma.Config(128, 128, 2, 2, bk), SM90)
+        assert not mma_prefetch.worth_it(layer3, mma.Config(128, 128, 2, 2, bk), SM90)
+    assert not mma_prefetch.worth_it(layer1, mma.Config(128, 128, 2, 2, 64, splits=2), SM90)
 
 
 @pytest.mark.usefixtures("tiles_everywhere")
@@ -261,7 +264,7 @@ def test_staged_kernels_assemble_without_spills(case, epi):
     kw, cfg = MATMULS[case]
     m = contraction_ir.loop_module(contraction_ir.matmul_model(**kw))
     if cfg is not None:
-        mma.build_all(m, mma.Config(**cfg, epilogue=epi))
+        mma.build_all(m, mma.Config(**cfg, epilogue=epi), SM90)
     PassManager(f"map-to-gpu{{mma-epilogue={epi}}}").run(m)
     rep = assemble(lower_to_ptx(m, arch="sm_90").ptx, "sm_90")
     for k in rep.kernels.values():
@@ -275,7 +278,7 @@ def _gpu_case(case, epi="staged"):
         m = contraction_ir.loop_module(model)
         x = contraction_ir.inputs_for(model)
         if cfg is not None:
-            mma.build_all(m, mma.Config(**cfg, epilogue=epi))
+            mma.build_all(m, mma.Config(**cfg, epilogue=epi), SM90)
     else:
         model = INT8[case]()
         nhwc = "nhwc" in case

@@ -11,12 +11,15 @@ import numpy as np
 import pytest
 
 import ptxc
-from int8_ir import conv_model, gemm_model, inputs_for, loop_module, matmul_integer_model
+from support.int8_ir import conv_model, gemm_model, inputs_for, loop_module, matmul_integer_model
 from ptxc.dialects.loop import run_main
 from ptxc.lower.gpu_map import contraction, mma
 from ptxc.ptx import assemble, ptxas_path
 from ptxc.codegen import lower_to_ptx
 from ptxc.rewrite import PassManager
+from ptxc.target import Target
+
+SM90 = Target.preset("sm_90")    # an H100 SXM: 132 SMs, 227 KiB of shared memory per block
 
 needs_ptxas = pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not installed here")
 
@@ -80,7 +83,7 @@ def test_layouts_and_split_k():
     assert c.kind == "s8" and (c.M, c.N, c.K) == (32, 32, 2048)
     # A row-major, the constant B stored [N, K] (transpose_b): both K-major 16-byte copies
     assert mma.layout(c, c.a) == mma.layout(c, c.b) == mma.Layout(kmajor=True, vector=True)
-    cfg = mma.choose(c)
+    cfg = mma.choose(c, SM90)
     assert cfg.bk == 128 and cfg.splits > 1                # deep K tiles, split-K
     m2 = loop_module(gemm_model(48, 40, 32))
     (c2,) = _contractions(m2)
@@ -178,8 +181,8 @@ def test_int8_mma_on_gpu_is_bit_exact(case):
 
 @pytest.fixture(scope="module")
 def qdq_cnn():
-    """tests/qdq_models.small_cnn quantized by onnxruntime (asymmetric int8 activations)."""
-    from qdq_models import quantize_qdq, small_cnn
+    """tests/support/qdq_models.small_cnn quantized by onnxruntime (asymmetric int8 activations)."""
+    from support.qdq_models import quantize_qdq, small_cnn
     rng = np.random.default_rng(3)
     return quantize_qdq(small_cnn(), [{"x": rng.standard_normal((1, 3, 16, 16)).astype(
         np.float32)} for _ in range(8)])

@@ -12,14 +12,17 @@ import attrs
 import numpy as np
 import pytest
 
-import contraction_ir
-import int8_ir
+from support import contraction_ir
+from support import int8_ir
 from ptxc.dialects.loop import run_main
 from ptxc.lower.gpu_map import mma, mma_prefetch
 from ptxc.ptx import assemble, ptxas_path
 from ptxc.codegen import lower_to_ptx
 from ptxc.rewrite import PassManager
+from ptxc.target import Target
 from test_gpu_map_mma_epilogue import epilogue_tiles, mma_tiles, nhwc_loop, residual_conv_fp32
+
+SM90 = Target.preset("sm_90")    # an H100 SXM: 132 SMs, 227 KiB of shared memory per block
 
 needs_ptxas = pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not installed here")
 
@@ -67,7 +70,7 @@ def _mapped(case, epilogue):
     make, x = CASES[case][0]()
     cfg = mma.Config(**CASES[case][1], epilogue=epilogue)
     m = make()
-    assert mma.build_all(m, cfg) >= 1
+    assert mma.build_all(m, cfg, SM90) >= 1
     PassManager(f"map-to-gpu{{mma-epilogue={epilogue}}}").run(m)
     return m, x, make
 
@@ -107,13 +110,13 @@ def test_with_m_tiles_cuts_stages_and_leaves_split_k():
     c = next(c for c in _contractions(make()) if c.M == 1024)
     assert c.K == 64
     cfg = mma.Config(128, 64, 2, 2, 64, stages=3, epilogue="staged")
-    got = mma.with_m_tiles(c, cfg, 4)
+    got = mma.with_m_tiles(c, cfg, 4, SM90)
     assert (got.m_tiles, got.stages) == (4, 2)
     assert got.describe("s8").endswith("epilogue staged m-tiles 4")
-    assert mma.with_m_tiles(c, cfg, 16).m_tiles == 8            # at most M's tiles
+    assert mma.with_m_tiles(c, cfg, 16, SM90).m_tiles == 8            # at most M's tiles
     split = attrs.evolve(cfg, splits=2)
-    assert mma.with_m_tiles(c, split, 4) == split
-    assert mma.with_m_tiles(c, cfg, 1) == cfg
+    assert mma.with_m_tiles(c, split, 4, SM90) == split
+    assert mma.with_m_tiles(c, cfg, 1, SM90) == cfg
 
 
 def test_m_tiles_keep_two_ctas_per_sm(monkeypatch):
@@ -125,7 +128,7 @@ def test_m_tiles_keep_two_ctas_per_sm(monkeypatch):
     for n, want in ((32, 2), (2, 1)):
         model = residual_conv_fp32(N=n, C=64, H=56, W=56)
         c = next(c for c in _contractions(nhwc_loop(model, "fp16")) if c.M == n * 56 * 56)
-        assert mma.with_m_tiles(c, cfg, 4).m_tiles == want, n
+        assert mma.with_m_tiles(c, cfg, 4, SM90).m_tiles == want, n
 
 
 def test_map_to_gpu_option_sets_m_tiles():

@@ -20,7 +20,7 @@ from ptxc.lower.tensor_to_loop import LowerTensorToLoop
 from ptxc.ptx.ptxas import ptxas_path
 from ptxc.rewrite import PassManager, get_pass
 
-from one_node import make_model, rand
+from support.one_node import make_model, rand
 
 needs_ptxas = pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not installed here")
 

@@ -7,8 +7,8 @@ lengths (tails), steps and offsets, nested chains and initial values other than 
 
 import numpy as np
 import pytest
-from loop_ir import const, load, module, op
-from one_node import make_model, rand
+from support.loop_ir import const, load, module, op
+from support.one_node import make_model, rand
 from onnx import helper
 
 from ptxc.compiler import as_module, run_stages
@@ -18,6 +18,9 @@ from ptxc.errors import CompileError
 from ptxc.ir import Builder, verify
 from ptxc.ir.types import F32, I32, INDEX, BufferType
 from ptxc.lower.gpu_map import reduction as R
+from ptxc.target import Target
+
+SM90 = Target.preset("sm_90")    # an H100 SXM: 132 SMs, 227 KiB of shared memory per block
 
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -359,19 +362,19 @@ def test_thresholds_from_options():
 
 def test_block_size():
     # many points: 4+ iterations per thread, a power of two in [32, 256]
-    assert [R.block_size(n, 1000) for n in (32, 49, 128, 257, 768, 1000, 100000)] == \
+    assert [R.block_size(n, 1000, SM90) for n in (32, 49, 128, 257, 768, 1000, 100000)] == \
         [32, 32, 32, 128, 256, 256, 256]
     # fewer points than SMs: up to 1024 threads, as long as the partials fit in 48 KiB
-    assert R.block_size(100000, 1) == 1024
-    assert R.block_size(100000, 1, partial_bytes=8 * 8) == 512
-    assert R.block_size(2048, 125) == 512
+    assert R.block_size(100000, 1, SM90) == 1024
+    assert R.block_size(100000, 1, SM90, partial_bytes=8 * 8) == 512
+    assert R.block_size(2048, 125, SM90) == 512
 
 
 def test_block_must_halve_evenly():
     m = reduce_rows("arith.add")
     (nest,) = [o for o in kernels(m) if o.name == "loop.parallel"]
     with pytest.raises(CompileError, match="power of two"):
-        R.build(R.analyze(nest), Builder.before_op(nest), block=96)
+        R.build(R.analyze(nest), Builder.before_op(nest), SM90, block=96)
 
 
 def test_full_reduction_uses_a_wide_block():

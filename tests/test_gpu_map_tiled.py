@@ -9,8 +9,8 @@ that cannot fit)."""
 
 import numpy as np
 import pytest
-from loop_ir import const, load, module, op
-from one_node import make_model, rand
+from support.loop_ir import const, load, module, op
+from support.one_node import make_model, rand
 from onnx import TensorProto, helper, numpy_helper
 
 from ptxc.compiler import as_module, run_stages
@@ -20,6 +20,9 @@ from ptxc.dialects.loop import for_loop, parallel_loop, run_main
 from ptxc.ir import verify
 from ptxc.ir.types import F32, INDEX, BufferType
 from ptxc.lower.gpu_map import tiled as T
+from ptxc.target import Target
+
+SM90 = Target.preset("sm_90")    # an H100 SXM: 132 SMs, 227 KiB of shared memory per block
 
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -283,8 +286,8 @@ def test_footprint_too_big_stays_global():
     # the inner loop spans 20000 rows of b: no tile of b fits in 48 KiB, so the plan shrinks
     # until staging b no longer pays (box >= reads) and b stays in global memory; a is staged
     nest = T.analyze(kernels(matmul_nest(k=4, red=(0, 4, 1), inner=20000, n=16, m=4))[0])
-    p = T.plan(nest)
-    assert p is not None and p.shared_bytes <= T.SHARED_LIMIT
+    p = T.plan(nest, SM90)
+    assert p is not None and p.shared_bytes <= SM90.shared_per_block_static
     assert [box.group.buffer.type.shape for box in p.boxes] == [(4, 4)]
 
 

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from contraction_ir import inputs_for, loop_module, matmul_model
+from support.contraction_ir import inputs_for, loop_module, matmul_model
 from ptxc.dialects.gpu_wgmma import accumulator_layout, swizzled_column
 from ptxc.dialects.loop import run_main
 from ptxc.errors import CompileError, VerifyError
@@ -324,7 +324,7 @@ def _int8_mapped(model, tiles="", options=""):
     ``tiles``: map-to-gpu's wgmma-tiles, e.g. ``[64x64]``; ``options``: more of its options,
     e.g. ``wgmma-epilogue=fragment``."""
     import ptxc
-    from contraction_ir import inputs_for
+    from support.contraction_ir import inputs_for
     x = inputs_for(model)
     ref = ptxc.interpret(ptxc.import_onnx(model), x)
     m = loop_module(model)
@@ -346,7 +346,7 @@ def test_int8_wgmma_kernel_is_bit_exact(case):
     """An int8 GEMM (requantization epilogue fused) in the wgmma form: 128-byte rows of 128
     int8 (the same swizzle, 16 elements per chunk), four k32 wgmmas per K tile, i32 sums: the
     mapped kernel equals the nest and the graph interpreter bit for bit."""
-    from int8_ir import gemm_model
+    from support.int8_ir import gemm_model
     from test_gpu_map_mma_int8 import check_exact
     m, x, ref, want = _int8_mapped(gemm_model(**INT8_GEMMS[case]))
     (launch,) = [o for o in launches(m) if o.attributes["schedule"] == "wgmma"]
@@ -365,7 +365,7 @@ INT8_ROWS64 = {"edges_zx_residual": "[64x64]", "n256_long_k": "[64x256]"}
 
 @pytest.mark.parametrize("case", sorted(INT8_ROWS64))
 def test_int8_64_row_wgmma_kernel_is_bit_exact(case):
-    from int8_ir import gemm_model
+    from support.int8_ir import gemm_model
     from test_gpu_map_mma_int8 import check_exact
     m, x, ref, want = _int8_mapped(gemm_model(**INT8_GEMMS[case]), INT8_ROWS64[case])
     (launch,) = [o for o in launches(m) if o.attributes["schedule"] == "wgmma"]
@@ -380,7 +380,7 @@ def test_when_int8_takes_the_wgmma_form():
     depths (MIN_K_TILES, session 22): BN 64 and 128 from two 128-byte K tiles (K > 128), BN 256
     from 32 as f16. f16 keeps 8 tiles at BN 128 and 64, but a 64-wide tile spanning N takes
     f16 from one (NARROW_MIN_K_TILES). ``wgmma-kinds=[f16]`` keeps int8 on mma.sync."""
-    from int8_ir import gemm_model
+    from support.int8_ir import gemm_model
     deep = _contraction(gemm_model(4096, 1024, 1024))
     assert deep.kind == "s8" and wgmma.takes(deep)
     # 128 x 128: 32 x 8 = 256 CTAs, under two per SM; 128 x 64: 512
@@ -432,7 +432,7 @@ def test_when_int8_takes_the_wgmma_form():
 @needs_ptxas
 @pytest.mark.parametrize("tiles, shape", [("", "m64n128k32"), ("[64x64]", "m64n64k32")])
 def test_int8_wgmma_kernel_assembles(tiles, shape):
-    from int8_ir import gemm_model
+    from support.int8_ir import gemm_model
     m, _, _, _ = _int8_mapped(gemm_model(**INT8_GEMMS["edges_zx_residual"]), tiles)
     p = lower_to_ptx(m, arch="sm_90")
     assert p.arch == "sm_90a"
@@ -450,7 +450,7 @@ def test_int8_wgmma_on_gpu_is_bit_exact(case, tiles, epilogue):
     """The int8 wgmma kernels (also in 64-row tiles), with either epilogue (staged, the
     default, where it fits: test_wgmma_staged_epilogue.py), on an sm_90 GPU give the
     interpreter's answer bit for bit."""
-    from int8_ir import gemm_model
+    from support.int8_ir import gemm_model
     from ptxc.target import device_arch
     from test_ptx import run_on_gpu
     if device_arch() not in ("sm_90", "sm_90a"):

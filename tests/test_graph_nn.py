@@ -14,8 +14,8 @@ from ptxc.ir.core import Block
 
 ort = pytest.importorskip("onnxruntime")
 
-from one_node import rand
-from one_node import make_model as _make_model
+from support.one_node import rand
+from support.one_node import make_model as _make_model
 
 
 def make_model(op, inputs, consts=None, n_out=1, opset=21, **attrs):

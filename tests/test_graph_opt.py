@@ -9,7 +9,7 @@ import functools
 import numpy as np
 import pytest
 
-import light_models as lm
+from support import light_models as lm
 import ptxc
 from ptxc.dialects.func import func_body, get_func
 from ptxc.explore import DEFAULT_GRAPH_PIPELINE, run_graph_stage

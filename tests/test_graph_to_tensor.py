@@ -18,10 +18,10 @@ from ptxc.lower.graph_to_tensor import lower_graph_to_tensor
 from ptxc.lower.tensor_passes import reads_each_once
 from ptxc.rewrite import PassManager
 
-import light_models
+from support import light_models
 
-from one_node import rand
-from one_node import make_model as _make_model
+from support.one_node import rand
+from support.one_node import make_model as _make_model
 
 
 def make_model(op, inputs, consts=None, n_out=1, opset=18, **attrs):

@@ -93,7 +93,7 @@ def test_the_error_flag_is_a_planned_scratch_slot(engine):
 
 
 def test_no_flag_without_checks():
-    from small_nets import conv_relu_pool
+    from support.small_nets import conv_relu_pool
     e = ptxc.compile(conv_relu_pool(), target="cpu")
     assert e.kernels.error_slot is None and e.kernels.checks == ()
 
@@ -180,7 +180,7 @@ def test_every_indexed_op_checks_its_indices(op, ishape, oshape, good, bad, attr
     """GatherElements, GatherND, ScatterND, ScatterElements: right on valid (negative)
     indices against onnxruntime; IndexOutOfRangeError on a bad one from the interpreter at every
     stage and from the cpu engine."""
-    import light_models as lm
+    from support import light_models as lm
     m = indexed_model(op, ishape, oshape, **attrs)
     d = np.arange(6, dtype=np.float32).reshape(3, 2)
     feeds = {"d": d, "i": np.array(good, np.int64)}

@@ -12,7 +12,7 @@ import ptxc
 from ptxc.driver.cuda_graphs import GraphCache
 from ptxc.driver.cuda_interop import BIND_ALIGN, binding_plan
 
-from small_nets import conv_relu_pool
+from support.small_nets import conv_relu_pool
 
 
 def test_binding_plan_binds_aligned_disjoint_buffers():

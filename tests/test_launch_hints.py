@@ -4,7 +4,7 @@ arithmetic of a pointwise kernel runs in 32 bits) and the blocks per SM an mma k
 
 import pytest
 
-from contraction_ir import loop_module, matmul_model
+from support.contraction_ir import loop_module, matmul_model
 from ptxc.dialects.loop import parallel_loop
 from ptxc.ir.types import F32
 from ptxc.codegen import lower_to_ptx

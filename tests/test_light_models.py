@@ -4,7 +4,7 @@ onnx; with random weights, match onnxruntime."""
 import numpy as np
 import pytest
 
-import light_models as lm
+from support import light_models as lm
 import ptxc
 
 

@@ -8,12 +8,13 @@ expects the interpreter's result."""
 import numpy as np
 import pytest
 
-from ptxc.dialects.loop import for_loop, parallel_loop, reshape_type, run_main, subview_type
+from ptxc.dialects.loop import for_loop, parallel_loop, run_main
+from ptxc.dialects.loop_memory import reshape_type, subview_type
 from ptxc.errors import BindingError, CompileError, ParseError, VerifyError
 from ptxc.ir import DenseElements, parse_ir, print_ir, verify
 from ptxc.ir.types import F16, F32, F64, I1, I32, I64, INDEX, BufferType, ScalarType
 
-from loop_ir import const as c, load, module, op, store
+from support.loop_ir import const as c, load, module, op, store
 
 
 def buf(shape, el=F32, strides=None, offset=0):

@@ -176,7 +176,7 @@ def test_ptx_rounds_and_fuses_in_one_instruction_each():
         assemble(p.ptx, "sm_90")
 
 
-# ---- a clamped float converts through i32 (llvm_scalar._clamped_to_i32) ----------------------
+# ---- a clamped float converts through i32 (llvm_bounds._clamped_to_i32) ----------------------
 
 def _clamp_cast_program(n, lo, hi, to, src=F32):
     def body(b, x, y):

@@ -9,7 +9,7 @@ import pytest
 import ptxc
 from ptxc.driver.memory_limit import engine_bytes
 from ptxc.errors import CompileError, OutOfMemoryError
-from small_nets import conv_relu_pool
+from support.small_nets import conv_relu_pool
 
 
 @pytest.fixture(scope="module")

@@ -63,7 +63,7 @@ def test_a_scratch_buffer_lives_from_its_first_kernel_to_its_last():
     """t is written by kernel 0 and read by kernel 3; u lives from kernel 1 to kernel 2. The
     kernel table must give t the interval [0, 3], so the arena keeps u out of t's bytes."""
     import numpy as np
-    from loop_ir import const, load, module, op, store
+    from support.loop_ir import const, load, module, op, store
 
     from ptxc.dialects.loop import parallel_loop
     from ptxc.driver.cpu import CpuProgram

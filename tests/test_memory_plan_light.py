@@ -6,7 +6,7 @@ PTX): the planner only needs each buffer's size and first/last kernel."""
 
 import pytest
 
-import light_models as lm
+from support import light_models as lm
 import ptxc
 from ptxc.compiler import run_stages
 from ptxc.codegen.memory_plan import buffers_from_slots, plan_memory

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ptxc
-from contraction_ir import inputs_for
+from support.contraction_ir import inputs_for
 from ptxc.ptx import assemble, ptxas_path
 
 needs_ptxas = pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not installed here")
@@ -60,7 +60,7 @@ def test_fp32_stays_off_tensor_cores():
     ("squeezenet", "fragment"),  # its 64-thread 32x64x32 tiles spilled until mma kernels said
 ])                               # .minnctapersm 1
 def test_light_models_mma_kernels_do_not_spill(name, epilogue):
-    import light_models as lm
+    from support import light_models as lm
     e = ptxc.compile(lm.path(name), target="cuda", precision="fp16", layout="nhwc",
                      pass_options={"map-to-gpu": {"mma_epilogue": epilogue}})
     table = _table(e)
@@ -94,7 +94,7 @@ def test_fp16_engine_on_gpu_matches_onnxruntime():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["resnet50", "squeezenet"])
 def test_fp16_light_model_on_gpu_matches_onnxruntime(name):
-    import light_models as lm
+    from support import light_models as lm
     model, x, ref = lm.fp16_friendly(name)  # the shipped weights overflow fp16 (6.8e9 logits)
     e = ptxc.compile(model, target="cuda", precision="fp16", layout="nhwc")
     assert "mma" in [k.schedule for k in _table(e).kernels]

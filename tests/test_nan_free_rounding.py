@@ -1,4 +1,4 @@
-"""The requantization's cast without its NaN select (llvm_scalar ``_finite_bound`` and
+"""The requantization's cast without its NaN select (llvm_bounds ``_finite_bound`` and
 ``ScalarEmitter._rounded_to_int``): where the value being rounded provably is never NaN (an
 accumulator converted to f32 and scaled by constant weights) the MAGIC form drops ``select(isnan(x),
 0, r)``; on sm_90 that is a ``setp.nan`` and a ``selp`` per output element. The bound analysis on
@@ -17,11 +17,11 @@ from ptxc.dialects.loop import parallel_loop, run_main
 from ptxc.driver.cpu import CpuProgram
 from ptxc.ir import DenseElements
 from ptxc.ir.types import F16, F32, I32, ScalarType
-from ptxc.lower.llvm_scalar import OFFSET_MAGIC, OFFSET_MAGIC_BITS, _finite_bound
+from ptxc.lower.llvm_bounds import OFFSET_MAGIC, OFFSET_MAGIC_BITS, _finite_bound
 from ptxc.ptx import assemble, ptxas_path
 from ptxc.codegen import lower_to_ptx
 from ptxc.rewrite.pass_manager import PassManager
-from loop_ir import const as c, load, module, op, store
+from support.loop_ir import const as c, load, module, op, store
 from test_magic_conversions import _ptx
 from test_loop_dialect import buf
 
@@ -288,7 +288,7 @@ def _int8_layer(case, zy, conv, gemm):
     """(ONNX model, unmapped loop module) of an int8 layer: ``conv_nhwc`` (a 3x3 conv of 16
     channels, ``conv``: N, H, W, K), ``gemm_residual`` (130 x 96 x 72 with a residual) or
     ``gemm`` (``gemm``: M, K, N); ``zy`` the output's zero point."""
-    from int8_ir import conv_model, gemm_model, loop_module
+    from support.int8_ir import conv_model, gemm_model, loop_module
     if case == "conv_nhwc":
         model = conv_model(C=16, R=3, S=3, pad=1, zx=-5, zy=zy, **conv)
         return model, loop_module(model, layout="nhwc", target="cuda")
@@ -330,7 +330,7 @@ def test_int8_layers_without_the_nan_test_on_gpu(case, zy, epilogue):
     straight: llvm_scalar's module docstring), the int8 layers whose NaN select is gone give
     the graph interpreter's int8 answer bit for bit, scalar and packed stores alike."""
     import ptxc
-    from int8_ir import inputs_for
+    from support.int8_ir import inputs_for
     from test_ptx import run_on_gpu
     model, m = _int8_layer(case, zy, conv=dict(N=2, H=9, W=9, K=40), gemm=(70, 64, 50))
     PassManager(f"map-to-gpu{{mma-epilogue={epilogue}}}").run(m)

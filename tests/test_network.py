@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import ptxc
-from light_models import onnxruntime_outputs
+from support.light_models import onnxruntime_outputs
 from ptxc.errors import ModelError
 
 

@@ -1,12 +1,12 @@
 """The ONNX backend test suite on ptxc's compiled CPU path (graph-opt, the lowerings, the LLVM JIT):
 the same bar as the interpreter backend — every in-scope test passes or is an expected failure
-with a reason (tests/onnx_backend_xfail.txt, plus tests/onnx_backend_xfail_cpu.txt for what only
-the compiled path cannot do)."""
+with a reason (tests/support/onnx_backend_xfail.txt, plus tests/support/onnx_backend_xfail_cpu.txt
+for what only the compiled path cannot do)."""
 
 import pytest
 
 import ptxc.backend
-from onnx_conformance import make_backend_test
+from support.onnx_conformance import make_backend_test
 
 pytestmark = pytest.mark.slow
 

@@ -6,8 +6,8 @@ import pytest
 from onnx import helper, numpy_helper
 
 import ptxc
-from new_ops import check_model, graph_model
-from one_node import rand
+from support.new_ops import check_model, graph_model
+from support.one_node import rand
 
 pytestmark = pytest.mark.slow  # each compiles for cpu and cuda (libdevice) and runs ptxas
 

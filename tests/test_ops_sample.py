@@ -11,7 +11,7 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import ptxc
-from new_ops import check_model, close, graph_model, onnxruntime_run
+from support.new_ops import check_model, close, graph_model, onnxruntime_run
 from ptxc.errors import CompileError, IndexOutOfRangeError, ModelError
 
 RNG = np.random.default_rng(21)

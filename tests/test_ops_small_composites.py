@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from new_ops import check_model, graph_model
-from one_node import rand
+from support.new_ops import check_model, graph_model
+from support.one_node import rand
 
 pytestmark = pytest.mark.slow  # each compiles for cpu (and cuda) and runs ptxas
 

@@ -9,9 +9,9 @@ import collections
 import numpy as np
 import pytest
 
-import light_models
-from ir_text import body_lines as body_text
-from ir_text import module
+from support import light_models
+from support.ir_text import body_lines as body_text
+from support.ir_text import module
 import ptxc
 from ptxc.ir import interpret, print_ir
 from ptxc.rewrite import Explain, PassManager, get_pass, producer

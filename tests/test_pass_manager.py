@@ -8,7 +8,7 @@ import attrs
 import numpy as np
 import pytest
 
-from ir_text import body_lines
+from support.ir_text import body_lines
 from ptxc.dialects.func import func_body, get_func
 from ptxc.errors import CompileError, VerifyError
 from ptxc.ir import interpret, parse_ir, print_ir, verify

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ptxc
-from light_models import onnxruntime_outputs
+from support.light_models import onnxruntime_outputs
 from ptxc.rewrite import Explain, PassManager
 from ptxc.rewrite.numerics import random_inputs
 

@@ -16,7 +16,7 @@ import pytest
 import ptxc
 from ptxc.plan.save import plan_to_bytes
 from ptxc.rewrite import PassManager, get_pass
-from loop_ir import module as loop_module, load, store
+from support.loop_ir import module as loop_module, load, store
 from ptxc.dialects.loop import parallel_loop
 from ptxc.ir.types import F32, BufferType
 

@@ -10,7 +10,7 @@ import ptxc.codegen.host as host_mod
 import ptxc.plan.load as plan_mod
 from ptxc.errors import PlanError
 
-from small_nets import conv_relu_pool
+from support.small_nets import conv_relu_pool
 
 
 def _engine_and_plan(tmp_path):

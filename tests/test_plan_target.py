@@ -18,7 +18,7 @@ from ptxc.plan.inspect import inspect_plan
 from ptxc.driver.load import engine_from_plan
 from ptxc.plan.save import plan_to_bytes
 from ptxc.target import Target
-from small_nets import conv_relu_pool
+from support.small_nets import conv_relu_pool
 from test_plan import edited, refused, small_cuda_engine, split
 
 H200 = attrs.evolve(Target.preset("h200"), name="NVIDIA H200")

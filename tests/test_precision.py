@@ -16,7 +16,7 @@
 import numpy as np
 import pytest
 
-import light_models as lm
+from support import light_models as lm
 import ptxc
 from ptxc.compiler import as_module, run_stages
 from ptxc.dialects.arith import round_tf32

@@ -450,9 +450,9 @@ def _resources_line(name, p, rep) -> str:
 
 @needs_ptxas
 @pytest.mark.slow
-@pytest.mark.parametrize("name", __import__("light_models").NAMES)
+@pytest.mark.parametrize("name", __import__("support.light_models").light_models.NAMES)
 def test_light_model_ptx_assembles(name):
-    import light_models as lm
+    from support import light_models as lm
     m = mapped(lm.path(name))
     p, rep = check_mapped_ptx(m)
     print("\n" + _resources_line(name, p, rep))
@@ -479,7 +479,7 @@ def run_on_gpu(p: PtxProgram, inputs: dict) -> dict:
     import cuda.core as cc
     from numba import cuda
 
-    from ptxc.dialects.loop import allocate
+    from ptxc.dialects.loop_memory import allocate
     t = p.table
     host = []
     for s in t.slots:
@@ -565,7 +565,7 @@ def test_loop_programs_mapped_run_on_gpu(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["squeezenet", "inception_v1"])
 def test_light_model_ptx_on_gpu_gives_the_expected_output(name):
-    import light_models as lm
+    from support import light_models as lm
     model = lm.load(name)
     p = lower_to_ptx(mapped(lm.path(name)))
     (out,) = run_on_gpu(p, lm.dummy_inputs(model)).values()

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ptxc
-from one_node import make_model
+from support.one_node import make_model
 from ptxc.errors import ModelError
 from ptxc.ptx import assemble, ptxas_path
 

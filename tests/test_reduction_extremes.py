@@ -18,8 +18,8 @@ exactly.
 
 import numpy as np
 import pytest
-from loop_ir import const, load, module, op
-from one_node import make_model
+from support.loop_ir import const, load, module, op
+from support.one_node import make_model
 
 import ptxc
 from ptxc.compiler import as_module, run_stages

@@ -119,11 +119,15 @@ def test_interpreter_and_cpu_jit_equal_the_reference_bitwise():
 def contraction(m_, n_, k_, precision):
     """y[i, j] = sum_k A[i, k] * B[k, j] as the loop lowering writes it in ``precision``:
     fp16: f16 buffers, each load widened to f32, an f32 carried sum, relu in f32, an f16 store;
-    tf32: f32 buffers, each load rounded by arith.round_tf32."""
+    tf32: f32 buffers, each load rounded by arith.round_tf32; the nest annotated as a
+    matmul's."""
     el = F16 if precision == "fp16" else F32
 
     def body(b, a, bb, y):
-        _, p, (i, j) = parallel_loop(b, (0, 0), (m_, n_))
+        nest, p, (i, j) = parallel_loop(b, (0, 0), (m_, n_))
+        # what lower-tensor-to-loop says of a matmul's nest (ptxc/dialects/loop_contraction.py)
+        nest.attributes["contraction"] = ("matmul", "f16" if precision == "fp16" else "tf32",
+                                          "MN", "K")
         loop, f, k, (acc,) = for_loop(p, 0, k_, inits=[c(p, 0.0)])
         xs = []
         for v in (load(f, a, i, k), load(f, bb, k, j)):

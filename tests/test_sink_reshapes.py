@@ -15,7 +15,7 @@ from ptxc.ir import interpret
 from ptxc.lower.sink_reshapes import collapse_groups
 from ptxc.rewrite import PassManager
 
-from bench_scripts import load
+from support.bench_scripts import load
 
 WITH_SINK = "lower-graph-to-tensor,sink-collapse-reshapes,fuse-tensor-elementwise"
 

@@ -123,7 +123,7 @@ def test_declined(kw):
 def test_int8_filter_with_a_nonzero_zero_point_is_declined():
     """An explicit int8 conv (QDQ, folded to graph.qlinear_conv) is rewritten where its filter's
     zero point is 0, and kept where it is not (an inserted zero tap would add ``-zw * x``)."""
-    import int8_ir
+    from support import int8_ir
 
     def graph(zw):
         model = int8_ir.conv_model(N=1, C=3, H=8, W=8, K=4, R=3, S=3, stride=2, pad=1)

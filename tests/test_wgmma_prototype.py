@@ -7,7 +7,7 @@ import pytest
 
 from ptxc.ptx import ptxas_path
 
-import bench_scripts
+from support import bench_scripts
 
 needs_ptxas = pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not installed here")
 

@@ -12,15 +12,18 @@ import re
 import attrs
 import pytest
 
-from contraction_ir import loop_module, matmul_model
+from support.contraction_ir import loop_module, matmul_model
 from ptxc.dialects.loop import run_main
 from ptxc.lower.gpu_map import MapToGpu, mma_epilogue, wgmma
 from ptxc.ptx import assemble, ptxas_path
 from ptxc.codegen import lower_to_ptx
 from ptxc.rewrite import PassManager
+from ptxc.target import Target
 from test_gpu_map_mma import check_close, launches
 from test_gpu_map_wgmma import INT8_GEMMS, INT8_ROWS64, MATMULS, _contraction, _int8_mapped, \
     _Opts, mapped
+
+SM90 = Target.preset("sm_90")    # an H100 SXM: 132 SMs, 227 KiB of shared memory per block
 
 needs_ptxas = pytest.mark.skipif(ptxas_path() is None, reason="ptxas is not installed here")
 
@@ -64,7 +67,7 @@ def test_int8_staged_kernel_is_bit_exact(case, tiles):
     """int8 GEMMs with the requantizing epilogue (a fused residual, edges, 64-row tiles, BN 256)
     through the staging region: the mapped kernel equals the nest and the graph interpreter
     bit for bit; the region holds i32 sums, whose reads carry the accumulator bound."""
-    from int8_ir import gemm_model
+    from support.int8_ir import gemm_model
     from test_gpu_map_mma_int8 import check_exact
     model = gemm_model(**INT8_GEMMS[case])
     m, x, ref, want = _int8_mapped(model, tiles)
@@ -86,19 +89,20 @@ def test_the_staged_region_does_not_cost_a_cta_per_sm():
     CTA) cannot add 66 KiB at 4 stages and, alone on its SM, gives up no stage: it stays
     fragment. The pass's default is staged; a bad value is refused."""
     cfg = wgmma.Config(64, bk=128)
-    assert wgmma.blocks_per_sm(cfg) == 2
+    assert wgmma.blocks_per_sm(cfg, SM90) == 2
     assert wgmma.shared_bytes(wgmma.Config(64, bk=128, epilogue="staged")) == \
         98304 + 8 * 8 * 72 * 4
-    assert wgmma.with_epilogue(cfg, "staged") == wgmma.Config(64, bk=128, stages=3,
+    assert wgmma.with_epilogue(cfg, "staged", SM90) == wgmma.Config(64, bk=128, stages=3,
                                                               epilogue="staged")
     small = wgmma.Config(64, bk=128, bm=64)
-    assert wgmma.with_epilogue(small, "staged") == attrs.evolve(small, epilogue="staged")
-    assert wgmma.blocks_per_sm(wgmma.with_epilogue(small, "staged")) == 3
+    assert wgmma.with_epilogue(small, "staged", SM90) == attrs.evolve(small, epilogue="staged")
+    assert wgmma.blocks_per_sm(wgmma.with_epilogue(small, "staged", SM90), SM90) == 3
     wide = wgmma.Config(256, bk=128)     # alone on its SM: keeps its 4 stages, so fragment
-    assert wgmma.blocks_per_sm(wide) == 1 and wgmma.with_epilogue(wide, "staged") is wide
+    assert wgmma.blocks_per_sm(wide, SM90) == 1
+    assert wgmma.with_epilogue(wide, "staged", SM90) is wide
     one = wgmma.Config(128, bk=128)        # 128 KiB + 34 KiB staged: still one CTA, 4 stages
-    assert wgmma.with_epilogue(one, "staged") == attrs.evolve(one, epilogue="staged")
-    assert wgmma.with_epilogue(cfg, "fragment") is cfg
+    assert wgmma.with_epilogue(one, "staged", SM90) == attrs.evolve(one, epilogue="staged")
+    assert wgmma.with_epilogue(cfg, "fragment", SM90) is cfg
     # through choose: the option reaches the config
     layer1 = _contraction(matmul_model(M=100352, K=576, N=64, trans_b=True))
     opts = _Opts()
@@ -118,7 +122,7 @@ def test_int8_staged_kernel_assembles_and_stores_runs(tiles, store):
     """In the PTX (sm_90a): no spills; each lane stores its BN / 16 consecutive int8 of a row
     as one store (16 lanes across a row: 4 bytes at BN 64, 8 at BN 128) where the fragment
     epilogue stores byte pairs."""
-    from int8_ir import gemm_model
+    from support.int8_ir import gemm_model
     model = gemm_model(M=256, K=256, N=128)
     stores = {}
     for epi in ("fragment", "staged"):

@@ -25,7 +25,7 @@ id ``d`` varies along axis ``d`` and thread id ``d`` along axis ``3 + d``. A ``g
 buffer holds one copy per block; the interpreter value of the op is an array of the declared
 shape (the type check wants that) registered in ``interp.gpu_shared`` with its per-block
 storage, and ``loop.load``/``loop.store``/``loop.view`` pick the copy by the linear block id
-``bx + gx * (by + gy * bz)`` (``interp.gpu_block``; ptxc/dialects/loop.py, ``per_block``).
+``bx + gx * (by + gy * bz)`` (``interp.gpu_block``; ptxc/dialects/loop_memory.py, ``per_block``).
 Fresh shared memory is NaN (floats) or zero: its contents are undefined. ``loop.if`` masks lanes
 (``interp.loop_mask``).
 
@@ -45,7 +45,8 @@ from ..ir.builder import Builder
 from ..ir.core import Block, Operation, Region
 from ..ir.spec import Attr, OpSpec, fail
 from ..ir.types import INDEX, BufferType
-from .loop import _check_body, allocate
+from .loop import _check_body
+from .loop_memory import allocate
 
 #: CUDA's launch limits
 MAX_THREADS = 1024

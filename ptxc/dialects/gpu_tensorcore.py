@@ -40,7 +40,7 @@ from ..ir.core import Operation, OpResult
 from ..ir.spec import Attr, Operand, OpSpec, Result, fail
 from ..ir.types import F16, F32, I1, I8, I32, INDEX, BufferType, ScalarType
 from .gpu import _state, enclosing_launch
-from .loop import _check_bounds, per_block
+from .loop_memory import _check_bounds, per_block
 
 WARP = 32
 

@@ -272,7 +272,7 @@ class Wgmma(OpSpec):
 
 
 def _storage(op, interp, view):
-    from .loop import per_block
+    from .loop_memory import per_block
     storage = per_block(interp, view)
     if storage is None:
         raise CompileError(f"{op.where}: reads a buffer that is not gpu.shared")

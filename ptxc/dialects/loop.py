@@ -28,10 +28,15 @@ Decisions beyond docs/lowering.md:
   are the last ones. Reductions can then accumulate in registers, not through memory.
 * ``loop.view``'s ``offset`` and ``strides`` are absolute, in elements from the base pointer of the
   memory under ``source`` (as ``memref.reinterpret_cast``), and its result type carries exactly
-  that layout; :func:`subview_type` and :func:`reshape_type` compose slices and reshapes of a
-  buffer that already has a layout.
+  that layout; :func:`~ptxc.dialects.loop_memory.subview_type` and
+  :func:`~ptxc.dialects.loop_memory.reshape_type` compose slices and reshapes of a buffer that
+  already has a layout.
 * ``loop.alloc`` and ``loop.global`` appear only at the top level of a function (a buffer per
   iteration would need a per-iteration allocation); views may appear anywhere.
+* A ``loop.parallel`` built from a ``tensor.matmul`` or ``tensor.conv`` carries
+  ``contraction = [source, kind, roles, loops]``: what the tensor op knew (which dims are
+  batch, M and N, which loops are K, the element kind), for the schedules that take
+  contractions; the verifier checks it against the nest (loop_contraction.py).
 * Output bindings: the function attribute ``loop.outputs`` lists the names (from ``arg_names``)
   of the arguments that are outputs, in result order; :func:`run_main` allocates them and returns
   them by name.
@@ -59,6 +64,9 @@ a ``gpu.launch`` runs, ``interp.gpu_shared`` maps each ``gpu.shared`` buffer (th
 interpreter holds for its value, of the declared shape) to its storage with one copy per block
 in front, and ``interp.gpu_block`` is the broadcast grid of linear block ids; a load or store of
 such a buffer prepends the block id to its indices (:func:`per_block`).
+
+Buffers as numpy memory (layouts, allocation, per-block storage, index checks) are
+:mod:`ptxc.dialects.loop_memory`: the gpu dialects and the drivers use them too.
 """
 
 from __future__ import annotations
@@ -70,91 +78,14 @@ from ..ir.builder import Builder
 from ..ir.core import Block, Operation, Region
 from ..ir.spec import Attr, Operand, OpSpec, Result, fail
 from ..ir.types import I1, INDEX, BufferType, ScalarType
+from . import loop_contraction as contraction
+from .loop_memory import _check_bounds, _masked_indices, allocate, per_block, restride
 
 #: function attribute: the names of the arguments that are output bindings, in result order
 OUTPUTS_ATTR = "loop.outputs"
 #: the model's names of the outputs, where a binding name had to differ (an output named as an
 #: input gets a ``_out`` binding); absent when they are the same
 RESULT_NAMES_ATTR = "loop.result_names"
-
-
-# ---- layouts --------------------------------------------------------------------------------
-
-def subview_type(source: BufferType, offsets, sizes, steps=None) -> BufferType:
-    """The type of the slice ``source[o0 : o0 + s0*t0 : t0, ...]`` (``sizes`` elements along each
-    dimension, ``steps`` may be negative): a buffer over the same memory."""
-    steps = tuple(steps) if steps is not None else (1,) * source.rank
-    if not (len(offsets) == len(sizes) == len(steps) == source.rank):
-        raise ValueError(f"a slice of {source} needs {source.rank} offsets, sizes and steps")
-    for o, n, t, d in zip(offsets, sizes, steps, source.shape):
-        if n and not (0 <= o < d and 0 <= o + (n - 1) * t < d):
-            raise ValueError(f"slice offset {o}, size {n}, step {t} leaves a dimension of {d}")
-    offset = source.offset + sum(o * s for o, s in zip(offsets, source.strides))
-    strides = tuple(t * s for t, s in zip(steps, source.strides))
-    return BufferType(sizes, source.element, strides, offset)
-
-
-def reshape_type(source: BufferType, shape) -> BufferType | None:
-    """The type of ``source`` seen with another shape (row-major element order), or None when its
-    layout cannot express that shape as strides (the caller then needs a copy)."""
-    shape = tuple(int(d) for d in shape)
-    if int(np.prod(shape, dtype=np.int64)) != source.size:
-        raise ValueError(f"cannot reshape {source} to {list(shape)}")
-    if source.is_default_layout:
-        return BufferType(shape, source.element)
-    # numpy's rule for reshaping without a copy, on a probe with the same strides (in bytes of
-    # an int8: elements); no memory is touched
-    probe = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), source.shape, source.strides)
-    try:
-        view = np.reshape(probe, shape, copy=False)
-    except ValueError:
-        return None
-    return BufferType(shape, source.element, view.strides, source.offset)
-
-
-# ---- memory in the interpreter --------------------------------------------------------------
-
-class _Memory:
-    """Carries an ``__array_interface__`` for a strided view and keeps its owner alive."""
-
-    def __init__(self, interface: dict, owner):
-        self.__array_interface__ = interface
-        self.owner = owner
-
-
-def restride(array: np.ndarray, src: BufferType, new: BufferType) -> np.ndarray:
-    """A numpy view with ``new``'s layout over the memory of ``array`` (laid out as ``src``):
-    both layouts count from the same base pointer. This is ``as_strided`` with an origin that may
-    lie before ``array``'s first element."""
-    dtype = array.dtype
-    if new.size == 0:
-        return np.empty(new.shape, dtype)
-    if array.size == 0:
-        raise CompileError(f"a view of {new} into an empty buffer")
-    isz = dtype.itemsize
-    for d, have, want in zip(array.shape, array.strides, src.strides):
-        if d > 1 and have != want * isz:
-            raise CompileError(f"a buffer of type {src} is held in memory with strides "
-                               f"{[s // isz for s in array.strides]}; its layout is not the "
-                               "declared one")
-    ptr, readonly = array.__array_interface__["data"]
-    base = ptr - src.offset * isz
-    iface = {"version": 3, "shape": new.shape, "typestr": dtype.str,
-             "data": (base + new.offset * isz, readonly),
-             "strides": tuple(s * isz for s in new.strides)}
-    return np.asarray(_Memory(iface, array))
-
-
-def allocate(t: BufferType, fill: bool = True) -> np.ndarray:
-    """A fresh buffer of type ``t`` (a view of ``t.span`` elements of new memory), filled with NaN
-    for floats and zeros otherwise (``fill``), so reads of unwritten memory are visible."""
-    dtype = t.element.np_dtype
-    root = np.zeros(max(t.span, 1), dtype)
-    if fill and dtype.kind == "f":
-        root[:] = np.nan
-    if t.is_default_layout:
-        return root[:t.size].reshape(t.shape)
-    return restride(root, BufferType((root.size,), t.element), t)
 
 
 # ---- ops -----------------------------------------------------------------------------------
@@ -289,7 +220,13 @@ class For(OpSpec):
                                      "branch), so that the loads of every iteration can be in "
                                      "flight together; the semantics are unchanged (the "
                                      "pointwise GPU schedule sets it on a thread's short inner "
-                                     "loops)")}
+                                     "loops)"),
+                  "rolled": Attr("bool", default=False,
+                                 doc="keep the loop rolled in the generated code (LLVM's "
+                                     "llvm.loop.unroll.disable, PTX's nounroll pragma: ptxas "
+                                     "unrolls no further); the semantics are unchanged (the mma "
+                                     "schedule sets it on its K loop where ptxas would unroll it "
+                                     "into spills)")}
     regions = 1
 
     def infer_types(self, op):
@@ -319,7 +256,10 @@ class Parallel(OpSpec):
     operands = ()
     results = ()
     attributes = {"lower": Attr("ints", required=True), "upper": Attr("ints", required=True),
-                  "step": Attr("ints")}
+                  "step": Attr("ints"),
+                  contraction.ATTR: Attr("strs", doc="the nest is a tensor.matmul's or "
+                                         "tensor.conv's: source, kind, the role of each dim, "
+                                         "the reduction loops (loop_contraction.py)")}
     regions = 1
 
     def infer_types(self, op):
@@ -333,6 +273,10 @@ class Parallel(OpSpec):
         if any(s <= 0 for s in step):
             fail(op, f"steps must be positive, are {list(step)}")
         _check_body(op, [INDEX] * len(lo), [])
+        if contraction.ATTR in op.attributes:
+            problem = contraction.check(op)
+            if problem is not None:
+                fail(op, problem)
 
     def reference(self, op, args, interp):
         lo, hi = op.attributes["lower"], op.attributes["upper"]
@@ -409,41 +353,6 @@ def _indices(op: Operation, first: int, t: BufferType) -> None:
     for i, v in enumerate(idx):
         if v.type != INDEX:
             fail(op, f"index #{i} must be index, is {v.type}")
-
-
-def per_block(interp, buf):
-    """The per-block storage behind ``buf`` when it is a ``gpu.shared`` buffer (or a view of
-    one) of the running ``gpu.launch``: an array of shape ``(blocks, *buf.shape)``; else None."""
-    reg = getattr(interp, "gpu_shared", None)
-    if not reg:
-        return None
-    entry = reg.get(id(buf))
-    return entry[1] if entry is not None and entry[0] is buf else None
-
-
-def _in_bounds(t: BufferType, idx: list) -> bool:
-    for i, d in zip(idx, t.shape):
-        i = np.asarray(i)
-        if i.size and (i.min() < 0 or i.max() >= d):
-            return False
-    return True
-
-
-def _masked_indices(interp, t: BufferType, idx: list) -> list:
-    """Indices for a load under ``interp.loop_mask``: those of dead lanes become 0, so only
-    live lanes can fail the bounds check (the common all-in-bounds case is left untouched)."""
-    mask = getattr(interp, "loop_mask", None)
-    if mask is None or _in_bounds(t, idx):
-        return idx
-    return [np.where(mask, np.asarray(i), 0) for i in idx]
-
-
-def _check_bounds(op: Operation, t: BufferType, idx: list) -> None:
-    for k, (i, d) in enumerate(zip(idx, t.shape)):
-        i = np.asarray(i)
-        if i.size and (i.min() < 0 or i.max() >= d):
-            raise CompileError(f"{op.where}: index #{k} in [{i.min()}, {i.max()}] is out of "
-                               f"bounds for {t}")
 
 
 class Load(OpSpec):

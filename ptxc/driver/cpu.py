@@ -52,7 +52,7 @@ from typing import Protocol
 import numpy as np
 
 from ..errors import BindingError, CompileError, IndexOutOfRangeError
-from ..dialects.loop import allocate, restride
+from ..dialects.loop_memory import allocate, restride
 from ..ir.core import Operation
 from ..codegen.host import LIBGCC, LIBM, compile_object
 from ..ir.types import BufferType

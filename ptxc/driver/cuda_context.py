@@ -144,7 +144,7 @@ class CudaContext:
 
     def __call__(self, inputs: dict) -> dict:
         """One inference from host arrays (by name, every input) to fresh host arrays."""
-        from ..dialects.loop import restride
+        from ..dialects.loop_memory import restride
         from ..ir.types import BufferType
         p = self.program
         p._check_names(inputs, "array")

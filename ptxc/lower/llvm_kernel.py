@@ -23,7 +23,8 @@ from ..ir.core import BlockArgument, Operation, OpResult, Value
 from ..ir.types import BufferType
 from . import llvm_tensorcore, llvm_wgmma
 from .llvm_fold import FoldingBuilder, const_int
-from .llvm_scalar import I64, ScalarEmitter, align_of, index_type, memory_type
+from .llvm_scalar import ScalarEmitter
+from .llvm_types import I64, align_of, index_type, memory_type
 
 _ERROR = object()  # the error flag's key among a kernel's roots (it has no IR value)
 
@@ -88,9 +89,12 @@ class _Kernel(ScalarEmitter):
         self.vals[op.results[0]] = b.trunc(w, raw.type) if raw.type.width < 64 else w
 
     # ---- structure ----------------------------------------------------------------------------
-    def loop(self, start, stop, step: int, body, carried=()):
+    def loop(self, start, stop, step: int, body, carried=(), rolled: bool = False):
         """``for (iv = start; iv < stop; iv += step)`` with carried values; ``body(iv, carried)``
-        returns the next carried values. Returns the carried values after the loop."""
+        returns the next carried values. Returns the carried values after the loop. ``rolled``
+        (``loop.for {rolled}``): the latch carries ``llvm.loop.unroll.disable`` (no unrolling
+        in LLVM; NVPTX prints ``.pragma "nounroll"`` in the loop header, so ptxas keeps it
+        rolled too)."""
         b = self.b
         pre = b.block
         header = self.fn.append_basic_block("loop")
@@ -113,12 +117,24 @@ class _Kernel(ScalarEmitter):
         nxt = body(iv, phis)
         nxt_iv = b.add(iv, ir.Constant(ty, step), flags=["nsw"])
         latch = b.block
-        b.branch(header)
+        br = b.branch(header)
+        if rolled:
+            br.set_metadata("llvm.loop", self._rolled_loop_id())
         iv.add_incoming(nxt_iv, latch)
         for p, v in zip(phis, nxt):
             p.add_incoming(v, latch)
         b.position_at_end(done)
         return phis
+
+    def _rolled_loop_id(self):
+        """A new loop ID (distinct per loop: its first operand is itself) asking for no
+        unrolling. Made as an ``MDValue`` of its own, not through ``add_metadata``, whose cache
+        would hand every loop the same node."""
+        m = self.m
+        disable = m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.disable")])
+        md = ir.values.MDValue(m, [disable], name=str(len(m.metadata)))
+        md.operands = (md, disable)
+        return md
 
     def nest(self, dims, body, outer_split=False):
         """Loops over ``dims`` (lower, upper, step) in order, ``body(ivs)`` innermost. With
@@ -195,7 +211,8 @@ class _Kernel(ScalarEmitter):
         elif op.attr("unroll"):
             outs = self.unrolled(block, range(lo, hi, st), inits)
         else:
-            outs = self.loop(lo, hi, st, lambda iv, c: self.block(block, [iv, *c]), inits)
+            outs = self.loop(lo, hi, st, lambda iv, c: self.block(block, [iv, *c]), inits,
+                             rolled=bool(op.attr("rolled")))
         for r, v in zip(op.results, outs):
             self.vals[r] = v
 
@@ -265,7 +282,7 @@ class _Kernel(ScalarEmitter):
     # ---- memory -------------------------------------------------------------------------------
     def address(self, buf: Value, indices) -> ir.Value:
         """The pointer to ``buf[indices]``: the element offset ``sum(index * stride) + offset``
-        in i64, then one GEP. A 32-bit index (llvm_scalar.index_bits) is widened first
+        in i64, then one GEP. A 32-bit index (llvm_types.index_bits) is widened first
         (:meth:`wide_index`), so accesses that share a coordinate share its 64-bit term
         and neighbouring accesses differ by a constant, which NVPTX folds into the
         instruction (``ld.global.v4.u32 [%rd7+64]``); summing in 32 bits and widening the
@@ -416,7 +433,13 @@ _SREG = {"gpu.block_id": "ctaid", "gpu.thread_id": "tid"}
 #: binding buffers are allocations, and run_device binds a caller's pointer only when it is
 #: 256-byte aligned (ptxc.driver.cuda_interop.BIND_ALIGN; else it copies).
 PARAM_ALIGN = 16
-#: bytes of static ``__shared__`` memory a kernel may declare; more goes to dynamic shared memory
+#: bytes of static ``__shared__`` memory a kernel may declare; more goes to dynamic shared memory.
+#: A CUDA constant, not a target's: every arch from sm_20 to sm_90 caps static shared memory at
+#: 48 KB (CUDA C Programming Guide, "Shared Memory": more needs a dynamic allocation and the
+#: per-kernel opt-in), and the emitter has no target on purpose: where a kernel's shared
+#: memory lives (static ``.shared`` arrays or the dynamic extern) is then the same for every
+#: arch, so the LLVM IR of a loop module does not depend on the GPU. It equals
+#: ``Target.shared_per_block_static``, which the schedules read (tiled, reduction).
 STATIC_SHARED_LIMIT = 48 * 1024
 #: the extern array every kernel's dynamic shared memory starts at (``extern __shared__``)
 DYNAMIC_SHARED = "ptxc_dynamic_shared"

@@ -86,7 +86,8 @@ from .llvm_kernel import (DYNAMIC_SHARED, STATIC_SHARED_LIMIT, _ERROR, _GpuKerne
                           _Kernel, _root)
 from .kernel_table import ERROR_SLOT, BufferSlot, KernelInfo, KernelTable, LLVMProgram  # noqa: F401
 from .llvm_fold import FoldingBuilder
-from .llvm_scalar import I64, ScalarEmitter, align_of, index_bits, memory_type, storable
+from .llvm_scalar import ScalarEmitter
+from .llvm_types import I64, align_of, index_bits, memory_type, storable
 
 _ARITH = {"constant", "add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "neg",
           "not", "cmp", "select", "cast", "round_tf32", "xor", "shl", "shr", "rem", "bit_and",

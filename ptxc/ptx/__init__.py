@@ -30,13 +30,14 @@ import attrs
 import numpy as np
 
 from ..errors import CompileError
+from ..target import Target
 from .jobs import compile_modules
 from .libdevice import find_libdevice, link_libdevice
 from .split import join_ptx, kernel_modules
 from .split import key as module_key
 from .ptxas import KernelResources, PtxasReport, assemble, parse_report, ptxas_path
-from .target import (NVPTX_TRIPLE, check_arch, default_arch, nvptx_data_layout, ptx_features,
-                     target_machine)
+from .target import (NVPTX_TRIPLE, arch_number, check_arch, default_arch, nvptx_data_layout,
+                     ptx_features, target_machine)
 
 __all__ = ["PtxProgram", "ptx_of_llvm", "footprint_lines", "optimize_nvptx", "default_arch", "ptxas_path",
            "assemble", "PtxasReport", "KernelResources", "parse_report", "find_libdevice",
@@ -160,25 +161,27 @@ def _ptx_of_llvm(prog, arch, opt_level, timings, jobs) -> PtxProgram:
                       tuple(keys) if kernels else ())
 
 
-#: the schedules whose kernels need an arch-specific target, and what they need
-ARCH_SPECIFIC = {"wgmma": ("sm_90", "sm_90a")}
+#: the schedules whose kernels need an arch-specific target: the target feature
+#: (ptxc.target.FEATURES) they need
+ARCH_SPECIFIC = {"wgmma": "wgmma"}
 
 
 def kernels_arch(kernels, arch: str) -> str:
     """The arch to build ``kernels`` (kernel table entries) for when ``arch`` is asked: a
-    wgmma kernel (Hopper's warpgroup MMA) needs ``sm_90a``, so sm_90 becomes sm_90a for the
-    whole program (sm_90a PTX loads on sm_90 devices only, which is where wgmma runs; the other
-    kernels lose nothing); any other arch is a CompileError, as map-to-gpu only writes wgmma
-    kernels for sm_90 (its ``arch`` option)."""
+    wgmma kernel (Hopper's warpgroup MMA) needs the arch-specific ``sm_90a``, so sm_90 becomes
+    sm_90a for the whole program (sm_90a PTX loads on sm_90 devices only, which is where wgmma
+    runs; the other kernels lose nothing); an arch whose target has no wgmma
+    (``Target.preset(arch).has("wgmma")``: sm_90 only) is a CompileError, as map-to-gpu only
+    writes wgmma kernels for such a target."""
     for k in kernels:
         need = ARCH_SPECIFIC.get(k.schedule)
         if need is None:
             continue
-        if arch not in need:
-            raise CompileError(f"ptx: kernel {k.name} ({k.schedule}) runs on sm_90 only, the "
-                               f"arch is {arch} (map with map-to-gpu{{arch={arch}}} or "
-                               "{wgmma=off})")
-        return need[-1]
+        if not Target.preset(arch).has(need):
+            raise CompileError(f"ptx: kernel {k.name} ({k.schedule}) needs {need}, which {arch} "
+                               f"does not have (sm_90 only; map with map-to-gpu{{arch={arch}}} "
+                               "or {wgmma=off})")
+        return f"sm_{arch_number(arch)[0]}a"
     return arch
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import ptxc
 
-import bench_scripts
+from support import bench_scripts
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

@@ -1,14 +1,14 @@
 """The ONNX backend test suite on ptxc's cuda target (device "CUDA": graph-opt, the lowerings,
 map-to-gpu, NVPTX code generation, PTX run on the GPU): the bar of the compiled CPU path
 (tests/test_onnx_backend_cpu.py) — every in-scope test passes or is an expected failure with a
-reason, from the common list (tests/onnx_backend_xfail.txt) or the cuda target's own
-(tests/onnx_backend_xfail_cuda.txt). An expected failure that passes fails the suite until its
-entry is removed. Skipped without a GPU (marker ``gpu``, see tests/conftest.py)."""
+reason, from the common list (tests/support/onnx_backend_xfail.txt) or the cuda target's own
+(tests/support/onnx_backend_xfail_cuda.txt). An expected failure that passes fails the suite
+until its entry is removed. Skipped without a GPU (marker ``gpu``, see tests/conftest.py)."""
 
 import pytest
 
 import ptxc.backend
-from onnx_conformance import make_backend_test
+from support.onnx_conformance import make_backend_test
 
 pytestmark = pytest.mark.gpu
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-import light_models as lm
+from support import light_models as lm
 import ptxc
 
 pytestmark = pytest.mark.gpu

@@ -1,15 +1,15 @@
 """Execution contexts on the GPU: one cuda engine run from 8 threads gives every run its own
 right answer (each run takes a context: its own stream, arena, bindings and CUDA graph).
 
-The body is the cpu test's (tests/concurrency.py): the reference for each input is the engine
-run single-threaded first, itself checked against the interpreter; every threaded output is
+The body is the cpu test's (tests/support/concurrency.py): the reference for each input is the
+engine run single-threaded first, itself checked against the interpreter; every threaded output is
 compared bitwise with it. Skipped without a GPU."""
 
 import pytest
 
 import ptxc
-from concurrency import (context_runners, deep_net, eight_threads_zero_wrong, hammer,
-                         make_inputs, reference)
+from support.concurrency import (context_runners, deep_net, eight_threads_zero_wrong, hammer,
+                                 make_inputs, reference)
 
 pytestmark = pytest.mark.gpu
 

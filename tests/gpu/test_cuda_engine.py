@@ -21,11 +21,11 @@ import re
 import numpy as np
 import pytest
 
-import light_models as lm
+from support import light_models as lm
 import ptxc
 from ptxc.errors import BindingError, OutOfMemoryError
 
-from small_nets import conv_relu_pool as small_net
+from support.small_nets import conv_relu_pool as small_net
 
 pytestmark = pytest.mark.gpu
 

@@ -1,14 +1,14 @@
 """INT8 on the cuda target (integer loops; the int8 tensor-core kernels are not there yet): the
-QDQ small CNN (tests/qdq_models.py, quantized by onnxruntime) folded into int8 layers and run on
-the GPU gives the cpu engine's logits and stays within one logit step of onnxruntime; one-node
-QLinearConv/QLinearMatMul/Q/DQ models equal onnxruntime bit for bit. Skipped without a GPU."""
+QDQ small CNN (tests/support/qdq_models.py, quantized by onnxruntime) folded into int8 layers and
+run on the GPU gives the cpu engine's logits and stays within one logit step of onnxruntime;
+one-node QLinearConv/QLinearMatMul/Q/DQ models equal onnxruntime bit for bit. Skipped without a GPU."""
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
 import ptxc
-from qdq_models import quantize_qdq, small_cnn
+from support.qdq_models import quantize_qdq, small_cnn
 from test_fold_qdq import _logit_step
 import test_quant_ops as tq
 
@@ -80,7 +80,7 @@ def test_qdq_resnet50_on_cuda_matches_onnxruntime(layout):
     logit step of onnxruntime's optimized run with every Q/DQ conv fused; measured equal on
     interpreter and cpu (test_fold_qdq.test_qdq_resnet50_folds_and_matches_onnxruntime), and
     on cuda asserted bit-exact on at least 99% of the logits."""
-    import light_models as L
+    from support import light_models as L
     from test_fold_qdq import assert_near_fused_run, resnet50_references
     m = L.with_random_weights(L.load("resnet50"))
     qm = quantize_qdq(m, [L.random_inputs(m, seed=s) for s in range(4)])

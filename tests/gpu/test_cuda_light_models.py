@@ -1,5 +1,5 @@
-"""The nine light model-zoo models (tests/light_models.py) compiled for the cuda target and run
-on the GPU: (1) with their shipped weights, each output equals the expected output shipped with
+"""The nine light model-zoo models (tests/support/light_models.py) compiled for the cuda target and
+run on the GPU: (1) with their shipped weights, each output equals the expected output shipped with
 onnx, at the bar of the CPU test (tests/test_cpu_light_models.py: rtol 1e-3, atol 1e-7); (2)
 with random weights (the shipped ones are constants, so those outputs are nearly uniform and
 prove little), the logits equal onnxruntime's at the bar of every random-weight comparison
@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-import light_models as lm
+from support import light_models as lm
 import ptxc
 
 pytestmark = pytest.mark.gpu

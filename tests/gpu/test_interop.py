@@ -11,7 +11,7 @@ import pytest
 import ptxc
 from ptxc.errors import BindingError
 
-from small_nets import conv_relu_pool as small_net
+from support.small_nets import conv_relu_pool as small_net
 
 pytestmark = pytest.mark.gpu
 

@@ -19,7 +19,7 @@ from ptxc.ir import interpret
 from ptxc.rewrite import PassManager
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
-from new_ops import graph_model  # noqa: E402
+from support.new_ops import graph_model  # noqa: E402
 
 pytestmark = pytest.mark.slow
 SETTINGS = settings(max_examples=10, deadline=None,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import ptxc
-from light_models import onnxruntime_outputs
+from support.light_models import onnxruntime_outputs
 from property.strategies import graphs
 from property.tolerance import numerics_options, scaled_tolerance
 from ptxc.rewrite.pass_manager import PassManager

@@ -5,7 +5,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 
 import ptxc
-from light_models import onnxruntime_outputs
+from support.light_models import onnxruntime_outputs
 from property.strategies import graphs
 from property.tolerance import scaled_tolerance
 

@@ -11,7 +11,7 @@ from onnx import helper, numpy_helper
 
 import sys, os  # noqa: E401
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
-from new_ops import check_lowering, graph_model  # noqa: E402
+from support.new_ops import check_lowering, graph_model  # noqa: E402
 
 pytestmark = pytest.mark.slow
 SETTINGS = settings(max_examples=8, deadline=None,

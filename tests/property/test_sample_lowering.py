@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
-from new_ops import check_lowering, graph_model  # noqa: E402
+from support.new_ops import check_lowering, graph_model  # noqa: E402
 
 pytestmark = pytest.mark.slow
 SETTINGS = settings(max_examples=10, deadline=None,

@@ -29,6 +29,7 @@ from ...dialects.gpu import MAX_THREADS
 from ...errors import CompileError
 from ...ir.core import Operation
 from ...rewrite.pass_ import Pass, register_pass
+from ...target import Target
 from . import mma, mma_epilogue, pointwise, reduction, tiled, wgmma
 from .common import KERNEL_OPS, parallel_space, pdl_enabled, points
 
@@ -160,6 +161,14 @@ def _check_arch(instance, attribute, value):
             raise ValueError(f"arch: {e}") from None
 
 
+def _check_target(instance, attribute, value):
+    if value is not None and not isinstance(value, Target):
+        raise ValueError(f"target must be a ptxc.target.Target (set by the compile spine; in "
+                         f"pipeline text name the arch: map-to-gpu{{arch=sm_89}}), is {value!r}")
+    if value is not None and value.kind != "cuda":
+        raise ValueError(f"target: map-to-gpu writes cuda kernels, the target is {value.kind!r}")
+
+
 def _check_min_reduction(instance, attribute, value):
     if not isinstance(value, int) or value < 0:
         raise ValueError(f"tiled-min-reduction must be a count of reduction points >= 0, is "
@@ -196,9 +205,15 @@ class MapToGpu(Pass):
     on an H100, session 22, ResNet-50 b32 int8 0.816 -> 0.741 ms, fp16 1.255 -> 1.170).
     ``wgmma-min-k-tiles`` (0: wgmma.MIN_K_TILES's rule): ``auto`` takes a GEMM whose K spans more
     than this many K tiles less one (128 bytes of k each), whatever the tile (timing runs).
-    Never on an arch without wgmma: ``arch`` (e.g. ``sm_90``; default
-    ``ptxc.ptx.default_arch()``, what lower_to_ptx builds for) is the arch
-    the kernels are for; a compile passes its own.
+    Never on a target without wgmma (sm_90 only).
+    ``target``: the machine the kernels are for (a :class:`ptxc.target.Target`, not pipeline
+    text: the compile spine sets it on the pass object); every schedule reads it through
+    common.target_of (SM count, shared memory per block and per SM, instruction features).
+    Where it is None, ``arch`` (text, e.g. ``sm_89``) names it (``Target.resolve(arch)``: the
+    arch's preset, or the GPU here where it has that arch); both unset,
+    ``Target.resolve()``, what lower_to_ptx builds for. The mma.sync schedule takes a nest only
+    where the target has the mma kind (sm_80 and later); below, the tiled and pointwise
+    schedules take it.
     ``mma-min-blocks``: blocks per SM an mma kernel's registers must allow (``minctasm``; 0,
     the default: mma.min_blocks decides: 3 for warp tiles of at most 64 accumulators per
     thread, else ptxas's choice; 3 or 4 for every kernel made ResNet-50 b32 slower on the
@@ -221,7 +236,7 @@ class MapToGpu(Pass):
     ``mma-epilogue-tiles`` (``true``): the point program's tile loads (a fused residual) go
     through shared memory by cp.async where mma_prefetch.worth_it says they pay; ``false``:
     every one is a global load in the epilogue (for timing runs).
-    ``pdl`` (``true``): on sm_90 and later every launch is ``pdl`` (programmatic dependent
+    ``pdl`` (``true``): on a target with PDL (sm_90 and later) every launch is ``pdl`` (programmatic dependent
     launch, gpu.launch's docstring): the kernel waits for its predecessors in its first
     instruction, and the runtime launches it while the one before still runs, so the launch
     and the placement of its blocks overlap that kernel's tail (:func:`pdl_enabled`).
@@ -287,6 +302,7 @@ class MapToGpu(Pass):
     wgmma_kinds: tuple[str, ...] = attrs.field(default=(), converter=tuple,
                                                validator=_check_wgmma_kinds)
     arch: str = attrs.field(default="", validator=_check_arch)
+    target: Target | None = attrs.field(default=None, validator=_check_target)
     mma_min_blocks: int = attrs.field(default=0, validator=_check_min_blocks)
     mma_stages: int = attrs.field(default=0, validator=_check_stages)
     mma_deep_k: int = attrs.field(default=0, validator=_check_deep_k)
@@ -305,6 +321,12 @@ class MapToGpu(Pass):
     wgmma_epilogue: str = attrs.field(default=_DEFAULT_WGMMA_EPILOGUE,
                                       validator=_check_wgmma_epilogue)
     wgmma_min_k_tiles: int = attrs.field(default=0, validator=_check_min_k_tiles)
+
+    def __str__(self) -> str:
+        """Pipeline text of the text options: the ``target`` is an object the compile spine
+        sets, not text (``arch`` is its text form), so it is left out."""
+        return str(attrs.evolve(self, target=None)) if self.target is not None else \
+            super().__str__()
 
     def run(self, module: Operation) -> bool:
         return map_to_gpu(module, self)

@@ -18,6 +18,7 @@ from ...errors import CompileError
 from ...ir.builder import Builder
 from ...ir.core import Block, Operation, Value
 from ...ir.types import INDEX
+from ...target import Target
 
 #: the top-level ops that are kernels (loop_to_llvm's list): map-to-gpu replaces each
 KERNEL_OPS = ("loop.parallel", "loop.for", "loop.copy")
@@ -170,14 +171,23 @@ def clone_body(block: Block, b: Builder, mapping: dict) -> dict:
     return mapping
 
 
-#: the first arch with programmatic dependent launch (``griddepcontrol``, PTX ISA 7.8)
-PDL_MIN_ARCH = 90
+# ---- the target ---------------------------------------------------------------------------------
+
+def target_of(options) -> Target:
+    """The machine map-to-gpu writes kernels for: ``options.target`` (map-to-gpu's ``target``,
+    set by the compile spine) where set, else :meth:`Target.resolve` of its ``arch`` text option
+    (empty: ``PTXC_CUDA_ARCH``, the GPU here, else the sm_90 preset). Every schedule reads the
+    target through this; ``options`` may be None (the resolved default) or any object with
+    those attributes."""
+    target = getattr(options, "target", None)
+    if target is not None:
+        return target
+    return Target.resolve(getattr(options, "arch", "") or None)
 
 
 def pdl_enabled(options) -> bool:
     """Whether map-to-gpu marks its launches ``pdl`` (gpu.launch): its ``pdl`` option (default
-    on) and an arch (its ``arch``, else what lower_to_ptx builds for) of sm_90 or later."""
+    on) and a target with programmatic dependent launch (``griddepcontrol``: sm_90 and later)."""
     if not getattr(options, "pdl", True):
         return False
-    from ...ptx.target import arch_number, default_arch
-    return arch_number(getattr(options, "arch", "") or default_arch())[0] >= PDL_MIN_ARCH
+    return target_of(options).has("pdl")

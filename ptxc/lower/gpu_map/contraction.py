@@ -1,9 +1,12 @@
-"""Recognize a reduced-precision contraction in a loop nest: the view of a MatMul, Gemm or
-convolution that a tensor-core schedule needs (ptxc/lower/gpu_map/mma.py).
+"""A reduced-precision contraction in a loop nest: the view of a MatMul, Gemm or convolution
+that a tensor-core schedule needs (ptxc/lower/gpu_map/mma.py, wgmma.py).
 
-The precision pass (docs/lowering.md, "Precision") hands such layers to the loop stage as the
-tiled schedule's nests (tiled.py's module docstring) whose reduction body multiplies two operands
-read from reduced-precision storage::
+Nothing here recognizes a contraction in loop shapes: lower-tensor-to-loop annotates the nest
+of every ``tensor.matmul`` and ``tensor.conv`` with what the op knew (ptxc/dialects/
+loop_contraction.py): the kind of its products, the role of each parallel dim (batch, M, N),
+its reduction loops (K). A nest without the annotation is no contraction here (the tiled or
+pointwise schedule maps it). The precision pass (docs/lowering.md, "Precision") makes such
+layers reduced-precision; their nests (tiled.py's module docstring) read::
 
     "loop.parallel"() ({                              Y[i, j] = relu(b[j] + sum_k A[i, k] B[k, j])
     ^bb0(%i: index, %j: index):
@@ -19,20 +22,24 @@ read from reduced-precision storage::
         "loop.yield"(%a)
       }) {lower = 0, upper = 64}
       ...epilogue: anything of %s, the ivs and loads; "loop.store"(.., %Y, %i, %j)
-    }) {upper = [128, 96]}
+    }) {contraction = ["matmul", "f16", "MN", "K"], lower = [0, 0], upper = [128, 96]}
 
 with lower-tensor-to-loop's unroll-and-jam (``u`` points of the innermost parallel dim per
 iteration, ``u`` accumulators) and reduction nests of several ``loop.for``\\ s (a conv's
-``c, kh, kw``). :func:`analyze` returns the contraction in GEMM terms, per *logical* point (the
-unroll undone): the parallel dims split into batch dims (read by both operands), M dims (read by
-the operand that becomes the mma's A only) and N dims (B only); K is the reduction loops,
-linearized outer to inner; each operand's buffer indices are affine in (parallel dims, reduction
-ivs). The prologue computing accumulator 0's start value and the epilogue ops that depend on
-accumulator 0's result form the *point program*: the schedule re-emits it for every output point
-that a thread holds, with the point's index values, ``start + sum`` in place of the result.
+``c, kh, kw``). :func:`analyze` maps the annotation onto the nest, per *logical* point (the
+unroll undone): the annotated batch dims (read by both operands), M dims and N dims; K is the
+reduction loops, linearized outer to inner; each operand's buffer indices, affine in
+(parallel dims, reduction ivs), are read from the loads of accumulator 0's product. The
+prologue computing accumulator 0's start value and the epilogue ops that depend on
+accumulator 0's result form the *point program*: the schedule re-emits it for every output
+point that a thread holds, with the point's index values, ``start + sum`` in place of the
+result.
 
-Which operand is the mma's A: the one that does not read the output's contiguous dim, so that a
-thread's pairs of accumulators (two adjacent columns of n) are adjacent in memory.
+Which operand is the mma's A is the schedule's choice: the one that does not read the
+output's contiguous dim, so that a thread's pairs of accumulators (two adjacent columns of n)
+are adjacent in memory. The annotation's M dims are the first factor's; where that factor
+reads the output's contiguous dim (an NCHW conv: its input along the output width), the
+schedule multiplies the transpose, the weights as A.
 """
 
 from __future__ import annotations
@@ -42,8 +49,9 @@ import math
 import attrs
 import numpy as np
 
-from ...ir.core import BlockArgument, Operation, OpResult, Value
-from ...ir.types import F16, F32, I8, I32
+from ...dialects.loop_contraction import annotation, check, products, reduction_chain
+from ...errors import CompileError
+from ...ir.core import BlockArgument, Operation, Value
 from .tiled import Nest, RedLoop, _affine, _root, analyze as analyze_nest
 
 #: operand element -> what the mma multiplies: f16 storage (cast to f32), tf32 (f32 rounded),
@@ -119,49 +127,6 @@ class Contraction:
         return 2 * self.batches * self.M * self.N * self.K
 
 
-def _strip(v: Value):
-    """(load op, kind) behind a multiplicand: ``cast(load f16)`` to f32 is f16,
-    ``round_tf32(load f32)`` is tf32, ``cast(load i8)`` to i32 is s8; None otherwise."""
-    if not isinstance(v, OpResult):
-        return None
-    op = v.owner
-    if op.name == "arith.cast" and v.type in (F32, I32):
-        src = op.operands[0]
-        want = {F32: F16, I32: I8}[v.type]
-        if src.type == want and isinstance(src, OpResult) and src.owner.name == "loop.load":
-            return src.owner, "f16" if want == F16 else "s8"
-    if op.name == "arith.round_tf32":
-        src = op.operands[0]
-        if src.type == F32 and isinstance(src, OpResult) and src.owner.name == "loop.load":
-            return src.owner, "tf32"
-    return None
-
-
-def _chain(red: Operation):
-    """The perfect reduction nest under ``red``: (loops outer to inner, innermost block) when
-    every level but the innermost is just ``loop.for`` + ``loop.yield`` of its results, carrying
-    the values straight through; else None."""
-    loops = [red]
-    while True:
-        block = loops[-1].regions[0].blocks[0]
-        fors = [o for o in block.ops if o.name == "loop.for"]
-        if not fors:
-            return loops, block
-        if len(fors) != 1:
-            return None
-        inner = fors[0]
-        carried = list(block.args[1:])
-        if list(inner.operands) != carried:
-            return None
-        y = block.last_op
-        if y.name != "loop.yield" or list(y.operands) != list(inner.results):
-            return None
-        if any(o is not inner and o is not y and o.name not in ("loop.load",) and
-               not o.name.startswith(("arith.", "math.")) for o in block.ops):
-            return None
-        loops.append(inner)
-
-
 def _slice_back(values, region_ops: list, stop) -> list:
     """Ops of ``region_ops`` that ``values`` depend on (transitively), in program order; values
     defined elsewhere are left as they are (block args, top-level values). ``stop(op)`` true:
@@ -181,60 +146,37 @@ def _slice_back(values, region_ops: list, stop) -> list:
 
 
 def analyze(op: Operation) -> Contraction | None:
-    """The contraction of nest ``op`` (module docstring), or None when it is not one."""
+    """The contraction of nest ``op`` (module docstring), or None when it is not one: it has no
+    ``contraction`` annotation, its kind is not a tensor-core kind (:data:`KINDS`), it has no
+    M or no N dim, or its body is not a nest the schedules can map (tiled.analyze)."""
+    ann = annotation(op) if op.name == "loop.parallel" else None
+    if ann is None or ann.kind not in KINDS:
+        return None
+    m_dims, n_dims = ann.dims_of("M"), ann.dims_of("N")
     nest = analyze_nest(op)
-    if nest is None or any(o.regions for o in nest.epilogue):
+    if not m_dims or not n_dims or nest is None or any(o.regions for o in nest.epilogue):
         return None
-    steps = [d for d, s in enumerate(nest.step) if s != 1]
-    if len(steps) > 1:
-        return None
-    unrolled = steps[0] if steps else None
-    u = nest.step[unrolled] if unrolled is not None else 1
-    if len(nest.red.operands) != u:
-        return None
-    chain = _chain(nest.red)
-    if chain is None:
-        return None
+    chain = reduction_chain(op, ann.k)
+    pairs = products(chain[1], ann.kind) if chain is not None else None
+    if pairs is None:   # (the verifier refuses such a nest: a pass changed it, not the mark)
+        raise CompileError(f"{op.where}: a wrong contraction annotation: {check(op)}")
     loops, inner = chain
     red = [nest.loops[id(lp.regions[0].blocks[0].args[0])] for lp in loops]
     ivs = {id(lp.regions[0].blocks[0].args[0]): j for j, lp in enumerate(loops)}
-    # accumulator 0's update: acc + x * y with x, y reduced-precision loads
-    y = inner.last_op
-    acc0 = inner.args[1]
-    upd = y.operands[0]
-    if not isinstance(upd, OpResult) or upd.owner.name != "arith.add":
-        return None
-    s, t = upd.owner.operands
-    prod = t if s is acc0 else (s if t is acc0 else None)
-    if prod is None or not isinstance(prod, OpResult) or prod.owner.name != "arith.mul":
-        return None
-    sides = [_strip(v) for v in prod.owner.operands]
-    if None in sides or sides[0][1] != sides[1][1]:
-        return None
-    kind = sides[0][1]
+    # each operand's buffer indices, affine in the parallel dims and the reduction loops
     memo: dict = {}
     operands = []
-    for ld, _ in sides:
+    for ld in pairs[0]:
         rows = [_affine(i, op, nest.loops, memo) for i in ld.operands[1:]]
         if any(r is None for r in rows):
             return None
         rows = [{(("r", ivs[k[1]]) if isinstance(k, tuple) and k[0] == "r" else k): c
                  for k, c in r.items()} for r in rows]
         operands.append(Operand(ld.operands[0], rows, ld.operands[0].type.element))
-    # every other accumulator must be the same update on the unrolled dim's next points
-    for j in range(1, u):
-        s, t = (y.operands[j].owner.operands if isinstance(y.operands[j], OpResult) else (0, 0))
-        if inner.args[1 + j] not in (s, t):
-            return None
     p, q = operands
-    dims = range(len(nest.counts))
-    p_only = [d for d in dims if p.reads(("p", d)) and not q.reads(("p", d))]
-    q_only = [d for d in dims if q.reads(("p", d)) and not p.reads(("p", d))]
-    both = [d for d in dims if p.reads(("p", d)) and q.reads(("p", d))]
-    neither = [d for d in dims if d not in p_only + q_only + both]
-    if any(nest.counts[d] > 1 for d in neither) or not p_only or not q_only:
-        return None
-    batch = both + neither
+    steps = [d for d, s in enumerate(nest.step) if s != 1]
+    unrolled = steps[0] if steps else None
+    u = nest.step[unrolled] if unrolled is not None else 1
     # the output's contiguous dim: the last store's innermost index symbol
     stores = [o for o in nest.epilogue if o.name == "loop.store"]
     if not stores:
@@ -242,8 +184,8 @@ def analyze(op: Operation) -> Contraction | None:
     out_rows = [_affine(i, op, nest.loops, memo) for i in stores[0].operands[2:]]
     last = out_rows[-1] if out_rows and out_rows[-1] is not None else {}
     contiguous = {k[1] for k in last if isinstance(k, tuple) and k[0] == "p"}
-    if contiguous & set(p_only):
-        p, q, p_only, q_only = q, p, q_only, p_only
+    if contiguous & set(m_dims):
+        p, q, m_dims, n_dims = q, p, n_dims, m_dims
     # the point program of accumulator 0
     result = nest.red.results[0]
     start = nest.red.operands[0]
@@ -265,8 +207,8 @@ def analyze(op: Operation) -> Contraction | None:
     epilogue = [o for o in nest.prologue + nest.epilogue if id(o) in epi_ids]
     if not any(o.name == "loop.store" for o in epilogue):
         return None
-    return Contraction(nest, kind, p, q, batch, p_only, q_only, red, unrolled, u, init, start,
-                       epilogue, result)
+    return Contraction(nest, ann.kind, p, q, ann.dims_of("B"), m_dims, n_dims, red, unrolled,
+                       u, init, start, epilogue, result)
 
 
 __all__ = ["Contraction", "Operand", "analyze", "KINDS", "RedLoop", "_root"]

@@ -24,7 +24,8 @@ tensor-core ops (ptxc/dialects/gpu_tensorcore.py)::
         activation, cast, store) at the point's indices
 
 Tile choice (a static heuristic; autotuning will replace it): of the CTA tiles of
-:data:`TILES` that still give at least one block per SM, the one with the least padded work
+:data:`TILES` that fit the target's shared memory per block and still give at least one block
+per SM (the target's SM count), the one with the least padded work
 (:func:`padded_work`), or the largest within 10% of it; else the smallest, with **split-K**
 when even that leaves SMs idle (batch-1 layers: M x N small, K long): ``splits`` CTAs per
 output tile each sum a range of K tiles into an f32 workspace ``[splits][batches][M][N]`` (a
@@ -33,6 +34,12 @@ order and runs the point program. Shared memory: two
 stages, each row's 16-byte chunks rotated by the row (:meth:`_Builder._swizzle`) so that the 8
 rows an ldmatrix reads fall in distinct banks; 3 x 16 KiB at 128 x 128 x 32 f16 fill the 48 KiB
 static limit exactly.
+
+**The target** (map-to-gpu's ``target``, common.target_of): its SM count sizes the grids
+(full waves, split-K, M tiles, epilogue tiles), its shared memory per block bounds the tiles
+(:func:`valid`) and its shared memory per SM the blocks each SM should hold
+(:func:`min_blocks`); the schedule takes a contraction only where the target has its mma.sync
+kind (:data:`FEATURE`: sm_80 and later), else the tiled and pointwise schedules take it.
 
 Numerics: the tensor core multiplies f16 (or tf32) operands exactly and accumulates in f32, in
 another order than the nest; the start value is added after the sum (reassociated, as the tiled
@@ -131,14 +138,20 @@ from ...ir.builder import Builder
 from ...ir.core import Operation, OpResult, Value
 from ...ir.types import F16, F32, I8, I32, BufferType
 from . import mma_epilogue, mma_prefetch
-from .common import add, cmp, const, delinearize, div, launch_before, mul, pdl_enabled, sub
+from ...errors import CompileError
+from ...target import Target
+from .common import (add, cmp, const, delinearize, div, launch_before, mul, pdl_enabled, sub,
+                     target_of)
 from .contraction import (Contraction, Operand, accumulator_bound, analyze, ctas,
                           rows_in_memory_order)
 from .tiled import _root
 
 SCHEDULE = "mma"
-SMS = 132                     # an H200's streaming multiprocessors
-SHARED_LIMIT = 227 * 1024     # shared bytes per block on sm_90 (over 48 KiB: dynamic)
+#: shared bytes the driver reserves for itself in every resident block, on every arch with
+#: mma.sync here (sm_80 and later; CUDA C Programming Guide, "Compute Capabilities": 1 KB of
+#: each block's shared memory is reserved for system use): an SM's shared memory holds
+#: ``shared_per_sm // (block bytes + this)`` blocks
+BLOCK_RESERVED_SHARED = 1024
 MAX_WARP_TILE = 64 * 64       # accumulator elements per warp: 128 f32 registers per thread
 MIN_SPLIT_TILES = 4           # split-K: K tiles each split sums at least
 DEEP_K = 8                    # K of at least 8 base tiles: K tiles twice as deep
@@ -158,6 +171,15 @@ KIND = {"f16": ("m16n8k16", 16, 32, 8), "tf32": ("m16n8k8", 8, 16, 4),
         "s8": ("m16n8k32", 32, 64, 16)}
 #: kind -> (element type in shared memory and fragments, accumulator type)
 TYPES = {"f16": (F16, F32), "tf32": (F32, F32), "s8": (I8, I32)}
+#: kind -> the target feature (ptxc.target.FEATURES) its mma.sync needs
+FEATURE = {"f16": "mma_f16", "tf32": "mma_tf32", "s8": "mma_s8"}
+#: on targets below this arch the K loop is kept rolled (``loop.for {rolled}``: PTX's nounroll
+#: pragma). ptxas for sm_80 to sm_89 unrolls a main loop whose trip count it knows, and the
+#: unrolled kernel outgrows its registers: SqueezeNet's last conv (32 x 64 tiles, 8 K tiles of
+#: 64) took 255 registers and 52 bytes of spills on sm_86, 120 and none rolled; sm_90's ptxas
+#: keeps that loop rolled by itself (120 registers), so sm_90's PTX stays as it was. A rolled
+#: main loop is also what CUTLASS's mainloops are (their trip count is a runtime value).
+ROLLED_K_LOOP_BELOW_SM = 90
 
 
 @attrs.frozen
@@ -237,24 +259,28 @@ def layout(c: Contraction, x: Operand) -> Layout:
     return Layout(True, False)
 
 
-def shared_bytes(c: Contraction, cfg: Config) -> int:
+def shared_bytes(c: Contraction, cfg: Config, target: Target) -> int:
+    """Shared bytes of ``cfg``'s kernel on ``target``: the stages, the staged epilogue's
+    region and the epilogue tiles (whether those pay depends on the target's SM count)."""
     el = TYPES[c.kind][0].bitwidth // 8
     return (cfg.stages * (cfg.bm + cfg.bn) * cfg.bk * el + mma_epilogue.staging_bytes(cfg)
-            + mma_prefetch.tile_bytes(c, cfg))
+            + mma_prefetch.tile_bytes(c, cfg, target))
 
 
-def valid(c: Contraction, cfg: Config) -> bool:
-    """Whether ``cfg`` builds a launchable kernel: whole mma tiles per warp (16 x 16: B's
-    fragments come two n8 tiles per ldmatrix), at most 1024 threads, 48 KiB of static shared
-    memory (227 KiB on sm_90; loop_to_llvm puts over 48 KiB in the dynamic shared memory),
-    copies that split evenly over the threads, at most 128 f32 accumulators per thread
+def valid(c: Contraction, cfg: Config, target: Target) -> bool:
+    """Whether ``cfg`` builds a launchable kernel on ``target``: whole mma tiles per warp (16 x
+    16: B's fragments come two n8 tiles per ldmatrix), at most the target's threads per block,
+    at most its shared memory per block (opt-in: loop_to_llvm puts what is over the 48 KiB
+    static limit in the dynamic shared memory; 227 KiB on sm_90, 163 on sm_80, 99 on sm_86 and
+    sm_89), copies that split evenly over the threads, at most 128 f32 accumulators per thread
     (a 64 x 64 warp tile; more spills), at least two warps."""
     v = KIND[c.kind][3]
     if cfg.bm % cfg.warps_m or cfg.bn % cfg.warps_n or cfg.wm % 16 or cfg.wn % 16:
         return False
     if cfg.wm * cfg.wn > MAX_WARP_TILE or cfg.threads < 64:
         return False
-    if cfg.threads > 1024 or shared_bytes(c, cfg) > SHARED_LIMIT or cfg.stages < 2:
+    if (cfg.threads > target.max_threads_per_block or cfg.stages < 2
+            or shared_bytes(c, cfg, target) > target.shared_per_block):
         return False
     if cfg.epilogue not in mma_epilogue.EPILOGUES:
         return False
@@ -262,15 +288,15 @@ def valid(c: Contraction, cfg: Config) -> bool:
                for rows in (cfg.bm, cfg.bn))
 
 
-def candidates(c: Contraction) -> list[Config]:
-    """Every valid config over a small space of tiles, warp grids, K-tile depths and stage
-    counts: what a tuner searches (bench/gemm.py --search times them on the GPU)."""
+def candidates(c: Contraction, target: Target) -> list[Config]:
+    """Every config valid on ``target`` over a small space of tiles, warp grids, K-tile depths
+    and stage counts: what a tuner searches (bench/gemm.py --search times them on the GPU)."""
     import itertools
     base = KIND[c.kind][2]
     space = itertools.product((base, 2 * base), (32, 64, 128, 256), (32, 64, 128, 256),
                               (1, 2, 4), (1, 2, 4), (2, 3, 4, 5))
     return [cfg for bk, bm, bn, wm, wn, st in space
-            if valid(c, cfg := Config(bm, bn, wm, wn, bk, st))]
+            if valid(c, cfg := Config(bm, bn, wm, wn, bk, st), target)]
 
 
 def default_stages(c: Contraction) -> int:
@@ -304,11 +330,11 @@ def parse_tiles(items) -> tuple:
     return tuple(tiles)
 
 
-def choose(c: Contraction, tiles: tuple = TILES, stages: int = STAGES,
+def choose(c: Contraction, target: Target, tiles: tuple = TILES, stages: int = STAGES,
            deep_k: int = DEEP_K) -> Config | None:
-    """The tile of ``tiles`` (:data:`TILES`; module docstring) with ``stages`` cp.async stages,
-    K tiles twice as deep from K of ``deep_k`` base tiles (:data:`DEEP_K`), or None when the
-    grid would not fit. (Choosing among the tiles within PAD_SLACK the one whose grid fills
+    """The tile of ``tiles`` (:data:`TILES`; module docstring) for ``target`` with ``stages``
+    cp.async stages, K tiles twice as deep from K of ``deep_k`` base tiles (:data:`DEEP_K`), or
+    None when the grid would not fit. (Choosing among the tiles within PAD_SLACK the one whose grid fills
     whole waves, session 19's ``mma-wave-tiles``, timed slower in session 20 and was removed
     in session 21: the largest tile it is.)"""
     bk = KIND[c.kind][2]
@@ -317,20 +343,20 @@ def choose(c: Contraction, tiles: tuple = TILES, stages: int = STAGES,
     if c.K >= deep_k * bk:   # 64-deep K tiles: half the barriers (measured 0.45x -> 0.49x of
         bk *= 2              # cuBLAS at 4096^3 on an H200: bench/RESULTS.md)
     fits = [cfg for cfg in (Config(bm, bn, wm, wn, bk, stages) for bm, bn, wm, wn in tiles)
-            if valid(c, cfg)]
+            if valid(c, cfg, target)]
     if not fits:
         return None
-    full = [cfg for cfg in fits if ctas(c, cfg.bm, cfg.bn) >= SMS]
+    full = [cfg for cfg in fits if ctas(c, cfg.bm, cfg.bn) >= target.sms]
     if full:   # the largest tile (TILES' order) within PAD_SLACK of the least padded work
         least = min(padded_work(c, cfg) for cfg in full)
-        near = [eight_warps(c, cfg) if tiles is TILES else cfg for cfg in full
+        near = [eight_warps(c, cfg, target) if tiles is TILES else cfg for cfg in full
                 if padded_work(c, cfg) <= PAD_SLACK * least]
         return near[0]
     cfg = fits[-1]
     blocks = ctas(c, cfg.bm, cfg.bn)
     kt = -(-c.K // bk)
     # too few tiles to fill the GPU: split K over more CTAs, each summing >= 4 K tiles
-    splits = max(1, min(-(-SMS // blocks), kt // MIN_SPLIT_TILES, MAX_SPLITS))
+    splits = max(1, min(-(-target.sms // blocks), kt // MIN_SPLIT_TILES, MAX_SPLITS))
     if splits > 1 and c.batches * splits <= MAX_GRID_YZ:
         cfg = attrs.evolve(cfg, splits=splits)
     return cfg
@@ -340,7 +366,7 @@ def choose(c: Contraction, tiles: tuple = TILES, stages: int = STAGES,
 EIGHT_WARPS_MIN_K_TILES = 2
 
 
-def eight_warps(c: Contraction, cfg: Config) -> Config:
+def eight_warps(c: Contraction, cfg: Config, target: Target) -> Config:
     """``cfg`` with 4 x 2 warps (32 x 64 warp tiles: 64 accumulators a thread, two CTAs per SM
     in 128 registers, :func:`min_blocks`) where it is a 128 x 128 x 2 x 2 tile of base-depth K
     tiles (not :data:`DEEP_K`'s) with at least :data:`EIGHT_WARPS_MIN_K_TILES` of them; else
@@ -357,7 +383,7 @@ def eight_warps(c: Contraction, cfg: Config) -> Config:
             or cfg.bk != KIND[c.kind][2] or -(-c.K // cfg.bk) < EIGHT_WARPS_MIN_K_TILES):
         return cfg
     out = attrs.evolve(cfg, warps_m=4)
-    return out if valid(c, out) else cfg
+    return out if valid(c, out, target) else cfg
 
 
 # ---- building ------------------------------------------------------------------------------------
@@ -423,9 +449,13 @@ def _linear(b: Builder, x: Operand, syms: dict) -> Value:
 class _Builder:
     """Writes the launch of one contraction (the module docstring's pseudo-code)."""
 
-    def __init__(self, c: Contraction, cfg: Config, flat_m: bool = False,
+    def __init__(self, c: Contraction, cfg: Config, target: Target, flat_m: bool = False,
                  early_weights: bool = False):
-        self.c, self.cfg = c, cfg
+        if not target.has(FEATURE[c.kind]):
+            raise CompileError(f"{c.nest.op.where}: the {c.kind} tensor-core kernel needs "
+                               f"{FEATURE[c.kind]}, which target {target.arch} "
+                               f"({target.name or 'no name'}) does not have")
+        self.c, self.cfg, self.target = c, cfg, target
         #: the constant operands (weights), whose first stages are copied before the launch's
         #: gpu.grid_wait (:meth:`_prologue`): a pdl launch reads them during the previous
         #: kernel's tail
@@ -479,7 +509,7 @@ class _Builder:
         for x in (c.a, c.b):   # cp.async addresses: element offsets into a flat view
             if self.lay[id(x)].vector:
                 self.flat[id(x)] = flat_view(top, x.buffer)
-        tiles = [(t, flat_view(top, t.operand.buffer)) for t in mma_prefetch.chosen(c, cfg)]
+        tiles = [(t, flat_view(top, t.operand.buffer)) for t in mma_prefetch.chosen(c, cfg, self.target)]
         tiled = {id(t.op) for t, _ in tiles}
         self.flat_access = {id(o): (flat_view(top, x.buffer), x) for o, x in
                             m_linear_accesses(c) if id(o) not in tiled} if self.flat_m else {}
@@ -541,6 +571,8 @@ class _Builder:
         self.base[id(c.a)] = mul(tb, first if t is None else add(tb, first, t), cfg.bm)
         self.slot = None if n_slots == 1 else _rem(tb, t, n_slots)
         loop, fb, kt, carried = for_loop(tb, 0, self.kts, 1, inits=[zero] * (mi_n * ni_n * 4))
+        if self.target.sm < ROLLED_K_LOOP_BELOW_SM:
+            loop.attributes["rolled"] = True
         i = kt if t is None else add(fb, mul(fb, t, self.kts), kt)
         fb.create("gpu.cp_async_wait", [], {"pending": cfg.stages - 2})
         barrier(fb)
@@ -848,20 +880,21 @@ def _m_linear(b: Builder, c: Contraction, x: Operand, syms: dict, m: Value) -> V
     return v
 
 
-def build(c: Contraction, cfg: Config) -> Operation:
-    """The launch of contraction ``c`` with tile config ``cfg`` (inserted before its nest,
-    which the caller erases)."""
-    return _Builder(c, cfg).build()
+def build(c: Contraction, cfg: Config, target: Target) -> Operation:
+    """The launch of contraction ``c`` with tile config ``cfg`` for ``target`` (inserted before
+    its nest, which the caller erases)."""
+    return _Builder(c, cfg, target).build()
 
 
-def build_all(module: Operation, cfg: Config) -> int:
-    """Build every contraction nest of ``module`` with tile config ``cfg`` (erasing the nests):
-    a tuner's way to try one config; map-to-gpu then maps the rest. Returns how many."""
+def build_all(module: Operation, cfg: Config, target: Target) -> int:
+    """Build every contraction nest of ``module`` with tile config ``cfg`` for ``target``
+    (erasing the nests): a tuner's way to try one config; map-to-gpu then maps the rest.
+    Returns how many."""
     n = 0
     for op in list(module.walk()):
         c = analyze(op) if op.name == "loop.parallel" else None
         if c is not None:
-            build(c, cfg)
+            build(c, cfg, target)
             op.erase()
             n += 1
     return n
@@ -874,38 +907,43 @@ def schedule(op: Operation, options=None) -> Operation | None:
     ``options.mma_epilogue`` (map-to-gpu's ``mma-epilogue``) picks :attr:`Config.epilogue`
     (kept ``fragment`` where the staged region would not fit the shared memory).
     A large fp16 GEMM on sm_90 takes the wgmma form instead (wgmma.py; options ``wgmma``,
-    ``arch``)."""
+    ``arch``). None too where the target (common.target_of) has no mma.sync of the kind
+    (below sm_80): the tiled and pointwise schedules take the nest."""
     c = analyze(op)
     if c is None:
+        return None
+    target = target_of(options)
+    if not target.has(FEATURE[c.kind]):
         return None
     from . import wgmma   # wgmma.py builds on this module
     wcfg = wgmma.choose(c, options)
     early = getattr(options, "pdl_early_weights", True) and pdl_enabled(options)
     index32 = getattr(options, "index32", INDEX32)
     if wcfg is not None:
-        launch = wgmma.build(c, wcfg, early)
+        launch = wgmma.build(c, wcfg, target, early)
         if index32:
             launch.attributes["index_bits"] = 32
         return launch
     epilogue = getattr(options, "mma_epilogue", mma_epilogue.DEFAULT_EPILOGUE)
-    cfg = choose(c, parse_tiles(getattr(options, "mma_tiles", ())),
+    cfg = choose(c, target, parse_tiles(getattr(options, "mma_tiles", ())),
                  getattr(options, "mma_stages", 0) or default_stages(c),
                  getattr(options, "mma_deep_k", 0) or DEEP_K)
     if cfg is None:
         return None
-    if epilogue != cfg.epilogue and valid(c, staged := attrs.evolve(cfg, epilogue=epilogue)):
+    if epilogue != cfg.epilogue and valid(c, staged := attrs.evolve(cfg, epilogue=epilogue),
+                                          target):
         cfg = staged
     if not getattr(options, "mma_epilogue_tiles", True):
         cfg = attrs.evolve(cfg, epilogue_tiles=False)
-    cfg = with_m_tiles(c, cfg, getattr(options, "mma_m_tiles", 0) or m_tiles(c, cfg))
+    cfg = with_m_tiles(c, cfg, getattr(options, "mma_m_tiles", 0) or m_tiles(c, cfg), target)
     flat_m = getattr(options, "mma_flat_m", True)
     if flat_m:
         c = rows_in_memory_order(c)
-    builder = _Builder(c, cfg, flat_m, early)
+    builder = _Builder(c, cfg, target, flat_m, early)
     launch = builder.build()
     if index32 and not builder.flat_access:   # (index32's docstring: why not flat rows)
         launch.attributes["index_bits"] = 32
-    blocks = getattr(options, "mma_min_blocks", 0) or min_blocks(c, cfg)
+    blocks = getattr(options, "mma_min_blocks", 0) or min_blocks(c, cfg, target)
     if blocks > 1:
         launch.attributes["min_blocks"] = blocks
     return launch
@@ -930,35 +968,34 @@ def m_tiles(c: Contraction, cfg: Config) -> int:
 M_TILES_MIN_CTAS = 2
 
 
-def with_m_tiles(c: Contraction, cfg: Config, tiles: int) -> Config:
+def with_m_tiles(c: Contraction, cfg: Config, tiles: int, target: Target) -> Config:
     """``cfg`` computing up to ``tiles`` output tiles per CTA: fewer where the grid would drop
-    under :data:`M_TILES_MIN_CTAS` CTAs per SM (a CTA's tiles run one after the other, so
+    under :data:`M_TILES_MIN_CTAS` CTAs per SM of ``target`` (a CTA's tiles run one after the other, so
     fewer CTAs than the SMs hold leave SMs idle), its stages cut to the K tiles + 1 (the
     copies then run one output tile ahead: more would only take shared memory for more
     epilogue tile slots); ``cfg`` itself under split-K, or where that would not be valid."""
     m_tiles = -(-c.M // cfg.bm)
     per_m = ctas(c, cfg.bm, cfg.bn) // m_tiles      # CTAs per row of M tiles
     tiles = min(tiles, m_tiles)
-    while tiles > 1 and -(-m_tiles // tiles) * per_m < M_TILES_MIN_CTAS * SMS:
+    while tiles > 1 and -(-m_tiles // tiles) * per_m < M_TILES_MIN_CTAS * target.sms:
         tiles -= 1
     if tiles <= 1 or cfg.splits > 1:
         return cfg
     kts = -(-c.K // cfg.bk)
     out = attrs.evolve(cfg, m_tiles=tiles, stages=max(2, min(cfg.stages, kts + 1)))
-    return out if valid(c, out) else cfg
+    return out if valid(c, out, target) else cfg
 
 
-#: shared memory of one sm_90 SM (228 KiB; a block also takes 1 KiB the driver reserves)
-SM_SHARED = 228 * 1024
 #: accumulator registers per thread up to which ptxas fits a CTA in 65536 / (3 x its threads)
 #: registers without spilling (a 64 x 32 warp tile: 64; the 64 x 64 ones spilled 144-480 bytes)
 THREE_BLOCKS_MAX_ACC = 64
 
 
-def min_blocks(c: Contraction, cfg: Config) -> int:
-    """How many blocks of ``cfg`` each SM should hold at once (``minctasm``: ptxas then fits
-    their registers; 1 leaves it to ptxas). 3 where a thread holds at most
-    :data:`THREE_BLOCKS_MAX_ACC` accumulators and 3 CTAs' shared memory fits an SM: ptxas
+def min_blocks(c: Contraction, cfg: Config, target: Target) -> int:
+    """How many blocks of ``cfg`` each SM of ``target`` should hold at once (``minctasm``:
+    ptxas then fits their registers; 1 leaves it to ptxas). 3 where a thread holds at most
+    :data:`THREE_BLOCKS_MAX_ACC` accumulators and 3 CTAs' shared memory (each with
+    :data:`BLOCK_RESERVED_SHARED`) and threads fit an SM of the target: ptxas
     otherwise gave ResNet-50 b32's 128x64 kernels with several K tiles 218-222 registers
     (2 CTAs per SM: its layer-1 conv1, 784 CTAs, ran in 3 waves; the stem in 12), and fits
     them in 168 without spills. Not the 64 x 64 warp tiles: at 168 registers they spilled
@@ -968,6 +1005,7 @@ def min_blocks(c: Contraction, cfg: Config) -> int:
     acc = cfg.wm * cfg.wn // 32
     if acc <= THREE_BLOCKS_MAX_ACC:
         blocks = 3 if cfg.threads <= 128 else 2   # eight warps (eight_warps): 128 registers
-        if blocks * (shared_bytes(c, cfg) + 1024) <= SM_SHARED:
+        if (blocks * (shared_bytes(c, cfg, target) + BLOCK_RESERVED_SHARED)
+                <= target.shared_per_sm and blocks * cfg.threads <= target.max_threads_per_sm):
             return blocks
     return 1

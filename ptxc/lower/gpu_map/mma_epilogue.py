@@ -46,7 +46,7 @@ Decisions:
   :func:`mma.shared_bytes` counts it (a total over 48 KiB goes to dynamic shared memory as any
   other, loop_to_llvm) and :func:`mma.valid` keeps it under the limit.
 * 8-row slabs, not 16: the 128x128x64 tile's 96 KiB of stages plus 8-row staging (105 KiB)
-  still lets two CTAs share an SM (228 KiB, 1 KiB reserved per CTA); 16-row staging (18 KiB)
+  still lets two CTAs share an sm_90 SM (228 KiB, 1 KiB reserved per CTA); 16-row staging (18 KiB)
   would not. The price: two warp barriers per slab (``WM / 8`` slabs), none after the last.
 * rows padded by 8 words (row stride = 8 or 24 mod 32 banks for every WN % 16 == 0): a half
   warp's fragment writes of an element pair, ``(g, t) -> g (WN + 8) + 2t + {0, 1}``, hit 32

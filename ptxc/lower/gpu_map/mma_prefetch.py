@@ -54,6 +54,7 @@ from ...dialects.gpu import shared
 from ...ir.builder import Builder
 from ...ir.core import Operation, Value
 from .common import add, cmp, div, mul, sub
+from ...target import Target
 from .contraction import Contraction, Operand, ctas
 from .tiled import _affine, _root
 
@@ -114,21 +115,20 @@ def _fits(c: Contraction, x: Operand) -> bool:
     return x.offset() % v == 0 and all(x.coef(s) % v == 0 for s in syms)
 
 
-def worth_it(c: Contraction, cfg) -> bool:
-    """Whether the tiles pay at ``cfg``: a main loop of at most :data:`MAX_K_TILES` K tiles
-    (nothing to hide the epilogue's loads behind), at least :data:`MIN_WAVES` x SMs CTAs (many
-    waves: each CTA's epilogue wait is the kernel's time), and no split-K (module docstring's
-    measurements)."""
-    from .mma import SMS
+def worth_it(c: Contraction, cfg, target: Target) -> bool:
+    """Whether the tiles pay at ``cfg`` on ``target``: a main loop of at most
+    :data:`MAX_K_TILES` K tiles (nothing to hide the epilogue's loads behind), at least
+    :data:`MIN_WAVES` x the target's SM count CTAs (many waves: each CTA's epilogue wait is the
+    kernel's time), and no split-K (module docstring's measurements)."""
     if cfg.splits > 1 or -(-c.K // cfg.bk) > MAX_K_TILES:
         return False
-    return ctas(c, cfg.bm, cfg.bn) >= MIN_WAVES * SMS
+    return ctas(c, cfg.bm, cfg.bn) >= MIN_WAVES * target.sms
 
 
-def chosen(c: Contraction, cfg) -> list[TileLoad]:
-    """The tile loads the mma kernel of ``c`` at ``cfg`` copies (elements of at most
-    :data:`MAX_ELEMENT_BYTES`), or none where they do not pay (:func:`worth_it`)."""
-    if not getattr(cfg, "epilogue_tiles", True) or not worth_it(c, cfg):
+def chosen(c: Contraction, cfg, target: Target) -> list[TileLoad]:
+    """The tile loads the mma kernel of ``c`` at ``cfg`` copies on ``target`` (elements of at
+    most :data:`MAX_ELEMENT_BYTES`), or none where they do not pay (:func:`worth_it`)."""
+    if not getattr(cfg, "epilogue_tiles", True) or not worth_it(c, cfg, target):
         return []
     return [t for t in tile_loads(c) if t.element_bytes <= MAX_ELEMENT_BYTES]
 
@@ -145,9 +145,10 @@ def slots(c: Contraction, cfg) -> int:
     return -(-(cfg.stages - 1) // kts) + 1
 
 
-def tile_bytes(c: Contraction, cfg) -> int:
-    """Shared bytes the epilogue tiles of ``c`` take at ``cfg``."""
-    return slots(c, cfg) * sum(cfg.bm * cfg.bn * t.element_bytes for t in chosen(c, cfg))
+def tile_bytes(c: Contraction, cfg, target: Target) -> int:
+    """Shared bytes the epilogue tiles of ``c`` take at ``cfg`` on ``target``."""
+    return slots(c, cfg) * sum(cfg.bm * cfg.bn * t.element_bytes
+                               for t in chosen(c, cfg, target))
 
 
 def allocate(bld, b: Builder, tiles: list) -> dict:

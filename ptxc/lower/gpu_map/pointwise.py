@@ -11,8 +11,8 @@ over its shape. ``B`` is the pass's ``block_size`` (256), fewer -- a multiple of
 nests; ``grid = ceil(points / B)``. A nest whose threads each run a loop (a reduction left to
 this schedule, such as a global average pool over 7 x 7 pixels with its producer's epilogue)
 and that has fewer points than 256 per SM gets blocks small enough (a warp at least) that its
-grid covers every SM: ResNet-50's pool at batch 32 had 8192 threads in 32 blocks of 256, a
-quarter of an H200's 132 SMs, each thread summing 49 pixels of 8 channels (17-22 us). On the
+grid covers every SM of the target (map-to-gpu's, common.target_of): ResNet-50's pool at batch
+32 had 8192 threads in 32 blocks of 256, a quarter of an H200's SMs, each thread summing 49 pixels of 8 channels (17-22 us). On the
 cuda pipeline that pool now arrives with one point per output (lower-tensor-to-loop's
 ``jam-min-points``, tensor_to_loop/nest.py "Unroll-and-jam": a streaming reduction too small
 to fill the GPU is not jammed), so it has 65536 threads in 256 blocks of 256.
@@ -31,9 +31,10 @@ from ...dialects.loop import for_loop, if_op
 from ...errors import CompileError
 from ...ir.builder import Builder
 from ...ir.core import Operation
+from ...target import Target
 from .common import (WARP, add, block_size, clone_body, cmp, const, delinearize, div, grid_size,
                      induction_values, launch_before, linear_thread_index, mul, parallel_space,
-                     points, sub)
+                     points, sub, target_of)
 
 
 def schedule(op: Operation, options) -> Operation | None:
@@ -48,7 +49,7 @@ def schedule(op: Operation, options) -> Operation | None:
             clone_body(body, b, dict(zip(body.args, ivs)))
         loops = any(o.name == "loop.for" for o in op.walk())
         if loops:
-            max_block = _spread(points(trips), max_block)
+            max_block = _spread(points(trips), max_block, target_of(options))
         launch = _nest(op, trips, lower, step, emit, max_block, "pointwise")
         if loops:
             unroll_short_loops(launch)
@@ -166,11 +167,10 @@ def collapse(outer: Operation, inner: Operation) -> Operation:
     return loop
 
 
-def _spread(n: int, max_block: int) -> int:
-    """The block size that gives ``n`` threads (each running a loop) a block on every SM: at
-    most ``max_block``, at least a warp."""
-    from .mma import SMS
-    return max(WARP, min(max_block, n // SMS // WARP * WARP))
+def _spread(n: int, max_block: int, target: Target) -> int:
+    """The block size that gives ``n`` threads (each running a loop) a block on every SM of
+    ``target``: at most ``max_block``, at least a warp."""
+    return max(WARP, min(max_block, n // target.sms // WARP * WARP))
 
 
 def _nest(op: Operation, trips, lower, step, emit, max_block: int, name: str) -> Operation:

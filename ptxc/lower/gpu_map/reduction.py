@@ -48,7 +48,7 @@ What applies (:func:`analyze` says why a nest does not):
   ``N * carried >= MIN_WORK`` (256: the serial work one thread would otherwise do per point:
   unroll-and-jam's 8 accumulators count 8 times) and ``points < MAX_POINTS`` (8192). Pointwise
   launches one thread per point; below 8192 that is under 3% of an H200's ~270k resident threads
-  (132 SMs x 2048), while this schedule launches ``points x B`` threads whose loads are issued
+  (its SMs x 2048), while this schedule launches ``points x B`` threads whose loads are issued
   in parallel. Above it pointwise already fills the machine and needs no shared memory or
   barriers.
 
@@ -72,9 +72,9 @@ side by side. The nests of the tests here come from the cpu pipeline (jammed).
 Threads per block: ``B = clamp(next_pow2(ceil(N / 4)), 32, 256)`` (a power of two, so the
 tree halves evenly; at least 4 iterations per thread before the tree is worth its
 ``log2(B)`` barriers; 256 is the usual choice of CUB and PyTorch for long rows), up to 1024
-when there are fewer points than SMs (132 on an H200: each block has an SM to itself, and more
-threads keep more loads in flight), and never more than the partials fit in 48 KiB of shared
-memory. Each thread
+when there are fewer points than the target has SMs (each block has an SM to itself, and more
+threads keep more loads in flight), and never more than the partials fit in the target's
+static shared memory per block (48 KiB). Each thread
 starts its partials at the combiner's identity (0, 1, -inf/+inf for floats, the type's min/max
 for integers), runs ``N // B`` full rounds (iterations ``t, t + B, ...``) with the partials in
 registers (a ``loop.for`` with static bounds, no guard), stores them to shared memory (one
@@ -115,6 +115,8 @@ from ...errors import CompileError
 from ...ir.builder import Builder
 from ...ir.core import Operation, Value
 from ...ir.types import INDEX, ScalarType
+from ...target import Target
+from .common import target_of
 
 NAME = "reduction"
 
@@ -128,12 +130,10 @@ MIN_WORK = 64
 MAX_POINTS = 8192
 MAX_BLOCK = 256
 MIN_BLOCK = 32
-#: with fewer points than an H200 has SMs (132), blocks may grow to 1024 threads: each block
-#: has an SM to itself anyway, and more threads keep more loads in flight
-FEW_POINTS = 132
+#: with fewer points than the target has SMs, blocks may grow to this many threads: each
+#: block has an SM to itself anyway, and more threads keep more loads in flight (the
+#: partials must still fit the target's static ``__shared__`` limit, shared_per_block_static)
 MAX_BLOCK_FEW = 1024
-#: the static ``__shared__`` limit the partials must fit in
-SHARED_LIMIT = 48 * 1024
 #: iterations each thread should at least run before the tree combine
 ITERS_PER_THREAD = 4
 
@@ -294,13 +294,15 @@ def analyze(op: Operation, min_trip: int = MIN_TRIP, min_work: int = MIN_WORK,
     return Match(op, red, tuple(levels), tuple(combiners), trip, points)
 
 
-def block_size(trip: int, points: int = FEW_POINTS, partial_bytes: int = 4) -> int:
+def block_size(trip: int, points: int, target: Target, partial_bytes: int = 4) -> int:
     """Threads per block for ``points`` reductions of ``trip`` iterations each keeping
-    ``partial_bytes`` of partials per thread in shared memory (see the module docstring)."""
+    ``partial_bytes`` of partials per thread in shared memory, on ``target`` (see the module
+    docstring)."""
     want = max(1, -(-trip // ITERS_PER_THREAD))
     b = 1 << (want - 1).bit_length()
-    top = MAX_BLOCK_FEW if points < FEW_POINTS else MAX_BLOCK
-    while top > MIN_BLOCK and top * partial_bytes > SHARED_LIMIT:
+    top = MAX_BLOCK_FEW if points < target.sms else MAX_BLOCK
+    top = min(top, target.max_threads_per_block)
+    while top > MIN_BLOCK and top * partial_bytes > target.shared_per_block_static:
         top //= 2
     return max(MIN_BLOCK, min(top, b))
 
@@ -371,12 +373,14 @@ def _clone_iteration(b: Builder, m: Match, ivs: list[Value], mapping: dict,
     raise AssertionError("unreachable: the chain ends in its innermost level")
 
 
-def build(m: Match, b: Builder, block: int | None = None) -> Operation:
-    """Insert the launch for match ``m`` at ``b`` (before the nest); returns it. ``block``
-    overrides :func:`block_size` (a power of two of at least 32: the tree halves it)."""
+def build(m: Match, b: Builder, target: Target, block: int | None = None) -> Operation:
+    """Insert the launch for match ``m`` at ``b`` (before the nest) for ``target``; returns it.
+    ``block`` overrides :func:`block_size` (a power of two of at least 32: the tree halves
+    it)."""
     par, red = m.par, m.red
     types = [v.type for v in red.results]
-    bsz = block or block_size(m.trip, m.points, sum(t.np_dtype.itemsize for t in types))
+    bsz = block or block_size(m.trip, m.points, target,
+                              sum(t.np_dtype.itemsize for t in types))
     if bsz < MIN_BLOCK or bsz & (bsz - 1):
         raise CompileError(f"{par.where}: reduction block size {bsz} is not a power of two "
                            f">= {MIN_BLOCK}")
@@ -467,4 +471,4 @@ def schedule(op: Operation, options=None) -> Operation | None:
                 _option(options, "reduction_max_points", MAX_POINTS))
     if isinstance(m, str):
         return None
-    return build(m, Builder.before_op(op))
+    return build(m, Builder.before_op(op), target_of(options))

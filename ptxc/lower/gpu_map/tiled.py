@@ -93,7 +93,8 @@ stay unwritten, and no valid thread reads them), then ``gpu.barrier``, the threa
 reading shared memory at ``global index - box origin``, then ``gpu.barrier`` (before the next
 chunk overwrites the tiles). Guards that can never fail (the whole nest's range of that index
 stays inside the buffer) are left out. Shared footprint (each buffer padded to whole 16-byte
-units, as ptxas aligns them): at most 48 KiB per block (the static limit of ``__shared__``);
+units, as ptxas aligns them): at most the target's static ``__shared__`` limit per block
+(shared_per_block_static, 48 KiB);
 when the boxes do not fit, ``TK`` is halved, then the tile (``by``, then ``bx``), and a group
 whose box is no smaller than the reads it serves stays global; a nest left without reuse is
 declined.
@@ -118,10 +119,10 @@ from ...dialects.loop import for_loop, if_op
 from ...ir.builder import Builder
 from ...ir.core import Block, BlockArgument, Operation, OpResult, Region, Value
 from ...ir.types import INDEX
+from ...target import Target
+from .common import target_of
 
 SCHEDULE = "tiled"
-#: bytes of shared memory one block may use (CUDA's static ``__shared__`` limit)
-SHARED_LIMIT = 48 * 1024
 #: chunk sizes of the outermost reduction loop, preferred first; the second tuple only when no
 #: tile fits with the first
 TK_CHOICES = ((32, 16, 8), (4, 2, 1))
@@ -396,7 +397,7 @@ def _invariant(g: Group, dim: int) -> bool:
     return all(("p", dim) not in c for c in g.coefs)
 
 
-def _try(nest: Nest, x, y, bx, by, tk) -> Plan | None:
+def _try(nest: Nest, x, y, bx, by, tk, shared_limit: int) -> Plan | None:
     threads = bx * by
     staged, traffic, nbytes, reuse = [], 0, 0, False
     for g in nest.groups:
@@ -410,7 +411,7 @@ def _try(nest: Nest, x, y, bx, by, tk) -> Plan | None:
                 (by > 1 and _invariant(g, y))
         else:
             traffic += reads
-    if not reuse or nbytes > SHARED_LIMIT:
+    if not reuse or nbytes > shared_limit:
         return None
     z = [d for d in range(len(nest.counts)) if d not in (x, y)]
     return Plan(x, y, z, bx, by, tk, staged, nbytes, traffic / (threads * tk))
@@ -441,8 +442,10 @@ def _rank(p: Plan) -> tuple:
     return (p.threads < 64, p.traffic)
 
 
-def plan(nest: Nest) -> Plan | None:
-    """The block shape, row dim and chunk size (module docstring), or None."""
+def plan(nest: Nest, target: Target) -> Plan | None:
+    """The block shape, row dim and chunk size (module docstring) for ``target``, or None. The
+    staged boxes fit the target's static shared memory per block (shared_per_block_static:
+    the tiled kernels' shared arrays are static ``__shared__``)."""
     x = len(nest.counts) - 1
     k = nest.loops[id(nest.red.regions[0].blocks[0].args[0])].trips
     others = [d for d in range(len(nest.counts)) if d != x and nest.counts[d] > 1]
@@ -456,7 +459,7 @@ def plan(nest: Nest) -> Plan | None:
         for tks in TK_CHOICES:
             for bx, by in _tiles(nest, x, y):
                 for tk in sorted({min(t, k) for t in tks}, reverse=True):
-                    found = _try(nest, x, y, bx, by, tk)
+                    found = _try(nest, x, y, bx, by, tk, target.shared_per_block_static)
                     if found is not None:
                         break
                 if found is not None:
@@ -763,7 +766,7 @@ def schedule(op: Operation, options=None) -> Operation | None:
     least = getattr(options, "tiled_min_reduction", DEFAULT_MIN_REDUCTION)
     if least and reduction_points(nest) < least:
         return None  # a short reduction (a depthwise conv's 9 taps): the pointwise schedule's
-    p = plan(nest)
+    p = plan(nest, target_of(options))
     if p is None:
         return None
     return emit(nest, p)

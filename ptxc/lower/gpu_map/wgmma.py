@@ -46,8 +46,8 @@ of 64 bytes per store instruction)::
     after the K loop: wm0 = 16 warp, wn0 = 0; mma_epilogue.staged(acc, warp_rows = 16)
 
 Its region must not cost a CTA per SM: :func:`with_epilogue` gives up a stage (not under 3)
-where the region would (128 x 64 at 4 stages: 96 + 18 KiB, two CTAs need 230 of the SM's
-228 KiB; at 3 stages 90 KiB), and keeps ``fragment`` where nothing fits. A tile alone on its
+where the region would (128 x 64 at 4 stages: 96 + 18 KiB, two CTAs need 230 of an sm_90
+SM's 228 KiB; at 3 stages 90 KiB), and keeps ``fragment`` where nothing fits. A tile alone on its
 SM keeps its stages, so 128 x 256 (192 KiB at 4 stages, 66 more staged) stays ``fragment``:
 staged at 3 stages, the int8 4096^3 GEMM ran 142.7 us on an H100 (session 22) where the
 fragment form at 4 had run 113.9 (session 21).
@@ -64,14 +64,15 @@ descriptors name and hands each thread its accumulators in wgmma's layout, so th
 is checked against the nest on the CPU); their PTX is ptxc/lower/llvm_wgmma.py's.
 
 **When** (:func:`choose`): map-to-gpu's option ``wgmma`` (``auto``, the default; ``on``;
-``off``) and the arch (map-to-gpu's ``arch``, else :func:`ptxc.ptx.default_arch`). Never on an
-arch other than sm_90 / sm_90a (wgmma is Hopper's; the PTX is then built for sm_90a, which runs
-on sm_90 devices only: :func:`ptxc.ptx.lower_to_ptx`). ``auto``, over the tiles of
+``off``) and the target (common.target_of: map-to-gpu's ``target``, else its ``arch``). Never
+on a target without the ``wgmma`` feature, i.e. other than sm_90 / sm_90a (wgmma is Hopper's;
+the PTX is then built for sm_90a, which runs on sm_90 devices only:
+:func:`ptxc.ptx.lower_to_ptx`). ``auto``, over the tiles of
 :data:`TILES` (or map-to-gpu's ``wgmma-tiles``) in order, leaving out those whose BN is at
 least twice N (half their columns would be padding) and those K is too shallow for
 (:data:`MIN_K_TILES`, per kind: f16 BN 64 and 128 from 8 K tiles, s8 from 2; BN 256 from 32;
 in f16 a 64-wide tile spanning N from 1): the first whose grid gives :data:`WAVES` CTAs per SM
-(:data:`mma.SMS`), else the one with the most CTAs if that covers the SMs, else none.
+(the target's SM count), else the one with the most CTAs if that covers the SMs, else none.
 128 x 256 first (0.71x of cuBLAS at 4096^3 against 0.63x at 128, both 4 stages), then
 128 x 128, 128 x 64, 64 x 128, 64 x 64. Shallower or smaller GEMMs keep mma.sync, whose
 split-K fills the GPU and which wins on f16's short-K 1x1 convs. ``on``: every contraction it
@@ -122,9 +123,11 @@ from ...dialects.gpu import MAX_GRID_YZ, barrier, block_id, shared, thread_id
 from ...dialects.gpu_wgmma import ROW_BYTES, SWIZZLE_PERIOD, WARPGROUP
 from ...dialects.loop import for_loop, if_op
 from ...ir.builder import Builder
+from ...errors import CompileError
 from ...ir.core import Operation, Value
+from ...target import Target
 from . import mma, mma_epilogue
-from .common import add, cmp, const, div, launch_before, mul, sub
+from .common import add, cmp, const, div, launch_before, mul, sub, target_of
 from .contraction import Contraction, ctas
 
 SCHEDULE = "wgmma"
@@ -151,8 +154,6 @@ COPIES = ("overlap", "after-wait")
 #: map-to-gpu's ``wgmma-epilogue`` (module docstring, "Epilogue")
 EPILOGUES = ("fragment", "staged")
 DEFAULT_EPILOGUE = "staged"
-#: the archs that have wgmma (sm_90: built as sm_90a)
-ARCHS = ("sm_90", "sm_90a")
 #: ``auto`` takes a BN only for K at least this deep: a short K leaves the pipeline (one wait
 #: per 64-deep K tile) no time to fill. Timed on the H200 in ResNet-50 at batch 32 (fp16,
 #: 2026-12-02): every 1x1 conv with K <= 512 ran 20-50% slower in 128 x 256 wgmma tiles than
@@ -248,24 +249,24 @@ def shared_bytes(cfg: Config) -> int:
     return cfg.stages * (cfg.bm + cfg.bn) * ROW_BYTES + mma_epilogue.staging_bytes(cfg)
 
 
-def blocks_per_sm(cfg: Config) -> int:
-    """CTAs of ``cfg`` one SM's shared memory holds (each also takes the 1 KiB the driver
-    reserves)."""
-    return mma.SM_SHARED // (shared_bytes(cfg) + 1024)
+def blocks_per_sm(cfg: Config, target: Target) -> int:
+    """CTAs of ``cfg`` the shared memory of one SM of ``target`` holds (each also takes the
+    :data:`mma.BLOCK_RESERVED_SHARED` the driver reserves)."""
+    return target.shared_per_sm // (shared_bytes(cfg) + mma.BLOCK_RESERVED_SHARED)
 
 
-def with_epilogue(cfg: Config, epilogue: str) -> Config:
+def with_epilogue(cfg: Config, epilogue: str, target: Target) -> Config:
     """``cfg`` with ``epilogue`` (module docstring, "Epilogue"): the staged region must not cost
     a CTA per SM, so a staged tile that would hold fewer than the fragment one gives up one
     stage (not under 3) where that restores them; a tile alone on its SM gives up none (no
     other CTA hides its pipeline); ``cfg`` itself (fragment) where nothing fits."""
     if epilogue == cfg.epilogue:
         return cfg
-    want = blocks_per_sm(cfg)
+    want = blocks_per_sm(cfg, target)
     lowest = cfg.stages if want < 2 else min(cfg.stages, 3)
     for stages in range(cfg.stages, lowest - 1, -1):
         out = attrs.evolve(cfg, epilogue=epilogue, stages=stages)
-        if shared_bytes(out) <= mma.SHARED_LIMIT and blocks_per_sm(out) >= want:
+        if shared_bytes(out) <= target.shared_per_block and blocks_per_sm(out, target) >= want:
             return out
     return cfg
 
@@ -279,24 +280,23 @@ def takes(c: Contraction) -> bool:
 
 
 def choose(c: Contraction, options=None) -> Config | None:
-    """The wgmma tile for ``c`` under map-to-gpu's ``options`` (``wgmma``, ``arch``), or None
-    when the mma.sync form should take it (module docstring, "When")."""
+    """The wgmma tile for ``c`` under map-to-gpu's ``options`` (``wgmma``, the target:
+    common.target_of), or None when the mma.sync form should take it (module docstring,
+    "When")."""
     mode = getattr(options, "wgmma", DEFAULT_MODE)
     kinds = getattr(options, "wgmma_kinds", ()) or AUTO_KINDS
     if mode == "off" or not takes(c) or (mode == "auto" and c.kind not in kinds):
         return None
-    arch = getattr(options, "arch", "") or None
-    if arch is None:
-        from ...ptx.target import default_arch
-        arch = default_arch()
-    if arch not in ARCHS:
+    target = target_of(options)
+    if not target.has("wgmma"):
         return None
     bk = KINDS[c.kind][1]
     overlap = getattr(options, "wgmma_copies", COPIES[0]) == "overlap"
     given = getattr(options, "wgmma_tiles", ())
     tiles = parse_tiles(given)
     min_k = getattr(options, "wgmma_min_k_tiles", 0)
-    cfg = _auto_tile(c, tiles, bk, min_k) if mode != "on" else _on_tile(c, tiles, bk)
+    cfg = (_auto_tile(c, tiles, bk, target, min_k) if mode != "on"
+           else _on_tile(c, tiles, bk, target))
     if cfg is None:
         if mode != "on":
             return None
@@ -305,12 +305,13 @@ def choose(c: Contraction, options=None) -> Config | None:
         else:
             cfg = Config(next(bn for bn in BNS if bn >= c.N or bn == 256), bk=bk)
     cfg = attrs.evolve(cfg, overlap=overlap)
-    if shared_bytes(cfg) > mma.SHARED_LIMIT:
+    if shared_bytes(cfg) > target.shared_per_block:
         return None
-    return with_epilogue(cfg, getattr(options, "wgmma_epilogue", DEFAULT_EPILOGUE))
+    return with_epilogue(cfg, getattr(options, "wgmma_epilogue", DEFAULT_EPILOGUE), target)
 
 
-def _auto_tile(c: Contraction, tiles: tuple, bk: int, min_k: int = 0) -> Config | None:
+def _auto_tile(c: Contraction, tiles: tuple, bk: int, target: Target,
+               min_k: int = 0) -> Config | None:
     """``auto``'s tile (module docstring, "When"): of the tiles K is deep enough for and that
     are less than twice as wide as N, the first with WAVES CTAs per SM, else the one with the
     most CTAs where they cover the SMs, else None. ``min_k`` (map-to-gpu's
@@ -318,12 +319,12 @@ def _auto_tile(c: Contraction, tiles: tuple, bk: int, min_k: int = 0) -> Config 
     fits = [(bm, bn) for bm, bn in tiles
             if (c.K > (min_k - 1) * bk if min_k else _deep_enough(c, bn, bk))
             and (bn <= 64 or bn < 2 * c.N)]
-    full = [t for t in fits if ctas(c, *t) >= WAVES * mma.SMS]
+    full = [t for t in fits if ctas(c, *t) >= WAVES * target.sms]
     if full:
         bm, bn = full[0]
     else:
         most = max(fits, key=lambda t: ctas(c, *t), default=None)
-        if most is None or ctas(c, *most) < mma.SMS:
+        if most is None or ctas(c, *most) < target.sms:
             return None
         bm, bn = most
     return Config(bn, bk=bk, bm=bm)
@@ -339,10 +340,10 @@ def _deep_enough(c: Contraction, bn: int, bk: int) -> bool:
     return tiles >= MIN_K_TILES[c.kind][bn]
 
 
-def _on_tile(c: Contraction, tiles: tuple, bk: int) -> Config | None:
-    """``on``'s tile: the first whose grid covers the SMs, whatever K, else None."""
-    return next((Config(bn, bk=bk, bm=bm) for bm, bn in tiles if ctas(c, bm, bn) >= mma.SMS),
-                None)
+def _on_tile(c: Contraction, tiles: tuple, bk: int, target: Target) -> Config | None:
+    """``on``'s tile: the first whose grid covers the target's SMs, whatever K, else None."""
+    return next((Config(bn, bk=bk, bm=bm) for bm, bn in tiles
+                 if ctas(c, bm, bn) >= target.sms), None)
 
 
 class _Builder(mma._Builder):
@@ -438,7 +439,11 @@ class _Builder(mma._Builder):
             self._guarded_point(b, m, n, lambda eb, v=v: v)
 
 
-def build(c: Contraction, cfg: Config, early_weights: bool = False) -> Operation:
-    """The wgmma launch of ``c`` with tile ``cfg`` (inserted before its nest, which the caller
-    erases); ``early_weights``: mma._Builder's."""
-    return _Builder(c, cfg, early_weights=early_weights).build()
+def build(c: Contraction, cfg: Config, target: Target,
+          early_weights: bool = False) -> Operation:
+    """The wgmma launch of ``c`` with tile ``cfg`` for ``target`` (inserted before its nest,
+    which the caller erases); ``early_weights``: mma._Builder's."""
+    if not target.has("wgmma"):
+        raise CompileError(f"{c.nest.op.where}: a wgmma kernel needs an sm_90 target, the "
+                           f"target is {target.arch}")
+    return _Builder(c, cfg, target, early_weights=early_weights).build()

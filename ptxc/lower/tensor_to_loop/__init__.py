@@ -90,8 +90,9 @@ class LowerTensorToLoop(Pass):
     reduction walks moves with every parallel dim: a pool, a Reduce*, softmax's sums) is
     unrolled and jammed along its innermost parallel dim only while it keeps at least this
     many points; below, it has one point per output (nest.py, "Unroll-and-jam": the cuda
-    pipeline sets 132 x 2048, so ResNet-50 b32's global average pool has 65536 threads on the
-    GPU, not 8192).
+    pipeline sets the threads its target holds at once, ``Target.resident_threads``, its SM
+    count x threads per SM, so ResNet-50 b32's global average pool has 65536 threads on an
+    H200, not 8192).
     Contractions (an operand shared between points) are always jammed; results are
     bit-identical either way.
 

@@ -45,7 +45,7 @@ from ...ir.core import Block, Operation, Region, Value
 from ...ir.spec import make_op
 from ...ir.types import BufferType, FunctionType, ScalarType, TensorType
 from . import data
-from .named import generalize_all
+from .named import CONTRACTION, generalize_all
 from .nest import (Acc, Const, Load, NestEmitter, NestSpec, PadFill, Scope, Stage, Target,
                    const)
 from .plan import Plan, covers
@@ -447,7 +447,7 @@ class Lowerer:
             fill = PadFill(dim, shape[p], low[p], high[p], self.pad_value(pad),
                            r.type.element)
         spec = NestSpec(g, tuple(bounds), tuple(iters), main, acc_types, out_types, inits,
-                        targets, epilogue, fill)
+                        targets, epilogue, fill, g.attributes.get(CONTRACTION))
         self.nests.emit(spec)
 
     def _is_empty(self, v: Value) -> bool:

@@ -18,15 +18,38 @@ softmax's ``exp`` feeding its sum, a mean's cast) are fused into it
 ``generalize-named-ops``), so a pipeline that keeps named ops at the tensor stage gets the same
 nests as one that generalizes them; ops with a wide body are generalized after that fusion
 (a fused body would accumulate in f16 again).
+
+**Contractions.** A matmul or conv leaves a mark on its generic (:data:`CONTRACTION`: the
+source op and the kind of its products), and the nests built from it carry the
+``contraction`` annotation (:func:`annotation`; ptxc/dialects/loop_contraction.py), which the
+GPU schedules that take contractions read (gpu_map/contraction.py): a role per dim of the
+``loop.parallel`` (``B`` read by both factors, ``M`` by the first only, ``N`` by the second
+only, from the factors' indexing maps) and a ``K`` per reduction loop. Each nest of the op is
+annotated on its own, after the unroll-and-jam and the split into a main nest and a
+remainder, so the annotation describes the nest as built. Not annotated: a nest without
+reduction loops (K of one point), one whose factor is a constant (a fill), one with a dim
+neither factor reads::
+
+    tensor.matmul(x: 2x24x40xf16, w: 40x13xf16, C: 2x24x13xf32)   (x's batch dim: an M dim)
+      -> loop.parallel (m, b, n step 8) {contraction = ["matmul", "f16", "MMN", "K"]}
+         loop.parallel (m, b, n in [8, 13)) {contraction = ["matmul", "f16", "MMN", "K"]}
 """
 
 from __future__ import annotations
 
 from ...dialects.func import func_body
+from ...dialects.loop_contraction import Annotation, kind_of
 from ...dialects.tensor import NAMED_OPS, generalize
+from ...dialects.tensor.generic import body as generic_body
 from ...ir.builder import Builder
 from ...ir.core import Block, Operation
 from ...ir.types import F16, F32
+
+#: the mark generalize_all leaves on the generic of a matmul or conv, ``(source, kind)``:
+#: the nests built from it carry the ``contraction`` annotation (module docstring).
+#: A generic rebuilt by a fusion (tensor_passes.fuse: a producer folded into its operands)
+#: loses it, knowingly: its factors are no longer plain loads.
+CONTRACTION = "ptxc.contraction"
 
 _SUMS = {"sum": "arith.add", "prod": "arith.mul"}
 #: every combiner: max/min of f16 are exact in any width, but widened too so that no reduction
@@ -69,5 +92,32 @@ def generalize_all(func: Operation, wide_too: bool = True) -> dict[int, tuple[Bl
         op.replace_all_uses_with(g.results)
         if kind is not None:
             wide[id(g)] = (_wide_body(op, *kind), F32)
+        if op.name in ("tensor.matmul", "tensor.conv"):
+            g.attributes[CONTRACTION] = _contraction(op, g, F32 if kind else None)
         op.erase()
     return wide
+
+
+def _contraction(op: Operation, g: Operation, wide) -> tuple:
+    """The mark of ``g``, the generic of the matmul or conv ``op``: (source, kind of its
+    products; loop_contraction.kind_of). tf32 where ``g``'s body rounds its factors (the
+    generic is what the nest computes: a channels-last conv's generic does not round, see
+    tensor/generalize.py ``_conv_last``)."""
+    rounds = any(o.name == "arith.round_tf32" for o in generic_body(g).ops)
+    acc = wide or op.results[0].type.element
+    return (op.name.split(".")[1], kind_of(op.operands[0].type.element, acc, rounds))
+
+
+def annotation(mark: tuple, factor_maps: list, order: list, red: list) -> tuple | None:
+    """The ``contraction`` annotation of a nest of the generic marked ``mark`` over the
+    parallel dims ``order`` and reduction loops ``red`` (dims of the generic) whose factors
+    read through ``factor_maps`` (module docstring, "Contractions"), or None."""
+    if not red:
+        return None
+    roles = ""
+    for d in order:
+        ra, rb = (any(row[d] for row in m) for m in factor_maps)
+        if not (ra or rb):
+            return None
+        roles += "B" if ra and rb else ("M" if ra else "N")
+    return Annotation(*mark, roles, len(red)).value

@@ -46,8 +46,8 @@ its int32 conv sums and int8 shortcut; a load no reduction dim indexes, such as 
 scale, is read once per point and does not count). There the jam only divides the threads by
 ``u``. So the pass option ``jam-min-points`` (0, the default, and the cpu target's: every such
 nest is jammed) jams a streaming reduction only while that leaves it at least that many points;
-the cuda pipeline sets it to the threads an H200 holds at once (compiler.CUDA_JAM_MIN_POINTS,
-132 x 2048), so one too small to fill the GPU jammed gets one point per output instead. A nest
+the cuda pipeline sets it to the threads its target holds at once (``Target.resident_threads``:
+the target's SM count x its threads per SM), so one too small to fill the GPU jammed gets one point per output instead. A nest
 with a reduction operand some points share (a load indexed by a reduction dim and invariant to a
 parallel dim of more than one point) is jammed whatever its size: every contraction (matmul,
 conv, depthwise conv: gpu_map's tiled and mma schedules and contraction.py are written for the
@@ -66,6 +66,10 @@ block's conv, ``s`` its shortcut)::
     map-to-gpu (pointwise): 256 blocks of 32         256 blocks of 256 threads; a warp
     threads, 16 bytes per operand and pixel          reads 64 contiguous bytes per operand
     per thread (about 13 us on the H200)             and pixel
+
+**Contractions.** The nest of a ``tensor.matmul`` or ``tensor.conv`` carries the
+``contraction`` annotation, each nest as built (after the unroll-and-jam and the split into a
+main nest and a remainder): named.py, :func:`~.named.annotation`.
 
 **Pads along the innermost dim** (:class:`PadFill`; plan.py decides when). A ``tensor.pad``
 whose last dim is padded, reading the result of an all-parallel generic that nothing else
@@ -105,12 +109,14 @@ import numpy as np
 
 from ...dialects.graph.scalar_forms import constant_attr
 from ...dialects.loop import for_loop, parallel_loop
+from ...dialects.loop_contraction import ATTR
 from ...dialects.tensor.maps import row_terms
 from ...errors import CompileError
 from ...ir.builder import Builder
 from ...ir.core import Block, Operation, Value
 from ...ir.spec import make_op
 from ...ir.types import INDEX, ScalarType
+from .named import annotation
 
 
 class Scope:
@@ -250,6 +256,7 @@ class NestSpec:
     targets: list                 # per final value: list[Target]
     epilogue: Stage | None = None
     pad: PadFill | None = None    # a pad border written by this (all-parallel) nest
+    contraction: tuple | None = None   # (source, kind): the op is a matmul's or conv's generic
 
 
 def parallel_order(bounds, iters, ranges, store_map) -> list[int]:
@@ -479,6 +486,11 @@ class NestEmitter:
         lw = self.lw
         loop, pb, ivs = parallel_loop(Builder.at_end(lw.body), [ranges[d][0] for d in order],
                                       [ranges[d][1] for d in order], steps, loc=spec.op.loc)
+        factors = spec.main.args[:2]
+        if spec.contraction is not None and all(isinstance(x, Load) for x in factors):
+            mark = annotation(spec.contraction, [x.map for x in factors], order, red)
+            if mark is not None:
+                loop.attributes[ATTR] = mark
         lw.anchor = loop
         try:
             for d, iv in zip(order, ivs):

@@ -15,7 +15,7 @@ touches it is emitted.
 
 from __future__ import annotations
 
-from ...dialects.loop import reshape_type, subview_type
+from ...dialects.loop_memory import reshape_type, subview_type
 from ...ir.core import Value
 from ...ir.types import BufferType
 

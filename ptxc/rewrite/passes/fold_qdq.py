@@ -284,8 +284,8 @@ _LINEAR = frozenset({"arith.add", "arith.sub", "arith.max", "arith.min", "arith.
 
 def _fma_multiplier(m: np.ndarray) -> np.ndarray:
     """``m`` rounded to the grid where an int8 epilogue scales an integer with one fma
-    (llvm_scalar.round_to_magic_exact: at most 2 ulps)."""
-    from ...lower.llvm_scalar import round_to_magic_exact
+    (llvm_bounds.round_to_magic_exact: at most 2 ulps)."""
+    from ...lower.llvm_bounds import round_to_magic_exact
     return round_to_magic_exact(m)
 
 

@@ -6,7 +6,7 @@ context, output projection)."""
 import numpy as np
 from onnx import helper, numpy_helper
 
-from new_ops import graph_model
+from .new_ops import graph_model
 
 
 def bert_attention(b=2, s=6, heads=2, d=4, seed=0, scale_form="div", dtype=np.float32):

@@ -10,7 +10,7 @@ from onnx import helper
 
 import ptxc
 from ptxc.ptx import assemble, ptxas_path
-from one_node import NP_TO_ONNX
+from .one_node import NP_TO_ONNX
 
 
 #: the stages a property test of a new op's lowering runs, interpreting before and after each

@@ -4,7 +4,7 @@ its scripts run as ``python3 bench/NAME.py``). Example: ``load("digits_int8").lo
 import importlib.util
 import os
 
-BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench")
+BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
 
 
 def load(name: str):

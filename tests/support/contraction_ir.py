@@ -4,16 +4,18 @@
 An ONNX model ``Cast(a: f16 -> f32)``, ``Cast(b)``, ``MatMul``, ``Add(bias)``, ``Relu`` lowers to
 two cast nests writing f32 copies and a matmul nest reading them. :func:`fold_casts` folds each
 cast-only nest into the loads that read its result (``load f32 copy`` becomes ``cast(load
-f16)``), which is the contraction form: f16 storage, f32 products and sums. Used by the mma
-tests and bench/gemm.py.
+f16)``), which is the contraction form: f16 storage, f32 products and sums (the matmul nest's
+``contraction`` annotation then says f16, not f32). Used by the mma tests and bench/gemm.py.
 """
 
+import attrs
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ptxc.compiler import as_module, run_stages
 from ptxc.dialects.func import func_body, functions
+from ptxc.dialects.loop_contraction import ATTR, annotation, products, reduction_chain
 from ptxc.ir.builder import Builder
 
 
@@ -65,7 +67,21 @@ def fold_casts(m):
             if [u.op for u in dst.uses] == [st]:
                 op.erase()
                 dst.owner.erase()
+        for op in func_body(f).ops:
+            _f16_kind(op)
     return m
+
+
+def _f16_kind(op):
+    """An f32 contraction nest whose factors are now f16 loads cast to f32 (both folded) is an
+    f16 contraction: its annotation (ptxc/dialects/loop_contraction.py) says so, as the loop
+    lowering of a matmul of f16 operands would."""
+    ann = annotation(op) if op.name == "loop.parallel" else None
+    if ann is None or ann.kind != "f32":
+        return
+    chain = reduction_chain(op, ann.k)
+    if chain is not None and products(chain[1], "f16") is not None:
+        op.attributes[ATTR] = attrs.evolve(ann, kind="f16").value
 
 
 def matmul_model(M, K, N, batch=(), trans_b=False, bias=True, relu=True, seed=0):

@@ -16,7 +16,7 @@ onnxruntime's asymmetric ones, which the int8 form folds into the bias).
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-import contraction_ir
+from . import contraction_ir
 from ptxc.compiler import as_module, run_stages
 
 OPSET = 17
