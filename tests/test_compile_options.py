@@ -174,7 +174,8 @@ def test_build_pipeline_gives_configured_pass_objects():
         "map-to-gpu": {"mma_epilogue": "fragment"}, "lower-tensor-to-loop": {"jam-min-points": 7}})
     loop = build_pipeline(o, "loop")
     assert loop == [LowerTensorToLoop(jam_min_points=7),
-                    MapToGpu(mma_epilogue="fragment", arch="sm_80")]
+                    MapToGpu(mma_epilogue="fragment", arch="sm_80", target=o.target)]
+    assert loop[1].target.name == "a100"      # the Target itself, not only its arch
     cpu = CompileOptions.make("cpu")
     for stage in ("graph", "tensor", "loop"):
         assert all(isinstance(p, Pass) for p in build_pipeline(cpu, stage, layout="nhwc"))

@@ -10,7 +10,7 @@ for an A100 (sm_80), an A10 (sm_86), an L4 (sm_89) and an H100/H200 (sm_90) with
 * below sm_90 the mma K loop stays rolled (ptxas for sm_8x would unroll it into spills);
 * a target without mma.sync here (sm_75, a T4) maps contractions with the other schedules, and
   PDL marks launches only where the target has it;
-* ``slow``: the nine light models (tests/light_models.py) x {fp16, int8} x the four archs.
+* ``slow``: the nine light models (tests/support/light_models.py) x {fp16, int8} x the four archs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ptxc
-from contraction_ir import inputs_for, loop_module, matmul_model
+from support.contraction_ir import inputs_for, loop_module, matmul_model
 from ptxc.dialects.loop import run_main
 from ptxc.lower.gpu_map import MapToGpu
 from ptxc.ptx import assemble, ptxas_path
@@ -78,7 +78,7 @@ def _runtime_inputs(model):
 def _model(name: str):
     if name == "small_net":
         return small_net()
-    import light_models as lm
+    from support import light_models as lm
     return lm.with_random_weights(lm.load(name))
 
 
@@ -207,7 +207,7 @@ def test_no_mma_sync_below_sm_80():
 # ---- the light models --------------------------------------------------------------------------
 
 def _light_names():
-    import light_models as lm
+    from support import light_models as lm
     return lm.NAMES
 
 
