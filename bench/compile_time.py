@@ -89,7 +89,7 @@ def measure(name: str, batch: int, precision: str, layout: str, ptxas: bool,
             dump: str | None) -> dict:
     from ptxc.compiler import as_module, run_stages
     from ptxc.lower import loop_to_llvm
-    from ptxc.ptx import lower_to_ptx
+    from ptxc.codegen import lower_to_ptx
     from ptxc.rewrite.pass_manager import PassManager
     from ptxc.rewrite.provenance import annotate_kernels, collect
     model = load(name, batch)

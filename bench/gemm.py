@@ -69,7 +69,7 @@ def ptxc_kernel(M, K, N, cfg=None, precision="fp16", kmajor_b=False, wgmma="auto
     ``cfg`` (an mma Config) forces the tile instead of the schedule's heuristic; ``wgmma``:
     map-to-gpu's option (auto, on, off)."""
     from ptxc.lower.gpu_map import mma_kernel
-    from ptxc.ptx import lower_to_ptx
+    from ptxc.codegen import lower_to_ptx
     from ptxc.rewrite import PassManager
     from ptxc.target import Target
     m = loop_gemm(M, K, N, precision, kmajor_b)

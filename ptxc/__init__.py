@@ -20,8 +20,17 @@ from .errors import (BindingError, CalibrationCacheError, CalibrationError,  # n
                      PtxcError, RunError, ShapeInputError, UnsupportedOpError, VerifyError)
 from .dialects import all_ops as _all_ops
 from .ir.spec import install_op_table as _install_op_table
+from .lower import lowering_passes as _lowering_passes
+from .rewrite import passes as _passes
+from .rewrite.canonicalization import install_canonicalization_table as _install_canon
+from .rewrite.pass_ import install_pass_table as _install_pass_table
+from .rewrite.pipeline import install_pipeline_table as _install_pipeline_table
 
-_install_op_table(_all_ops)  # the op registry's table: the IR core imports no dialect
+# the registries' tables: the IR core imports no dialect, ptxc.rewrite no pass module
+_install_op_table(_all_ops)
+_install_pass_table(_passes.all_passes, _lowering_passes)
+_install_canon(_passes.all_canonicalizations)
+_install_pipeline_table(_passes.all_pipelines)
 
 from .frontend.onnx_import import import_onnx, supported_ops
 from .ir.interpreter import interpret
@@ -31,7 +40,7 @@ from .compiler import compile  # noqa: A001  (ptxc.compile, as the design names 
 from .pipeline import CompileOptions
 from .explore import explore, STAGES  # noqa: F401
 from .frontend.network import Network, Tensor  # noqa: F401
-from .plan.load import load_plan as load
+from .driver.load import load_plan as load
 
 __version__ = "0.1.0"
 

@@ -345,7 +345,7 @@ def load_engine(args, cuda_graph: str | None = None, needs_device: bool = True):
                             f"to a plan file ({args.model!r} is already compiled: its target, "
                             "precision and shapes are fixed); compile the model again to change "
                             "them")
-        from .plan.load import load_plan
+        from .driver.load import load_plan
         engine = load_plan(args.model)
         path = None
     else:

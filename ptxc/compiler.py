@@ -92,7 +92,9 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
         from .plan import cache as compile_cache
         if compile_cache.cache_dir() is not None:
             key = compile_cache.cache_key(model, target, options.cache_key())
-            engine = compile_cache.lookup(key, options.threads)
+            from .driver.load import load_plan
+            engine = compile_cache.lookup(
+                key, lambda path: load_plan(path, threads=options.threads))
             if engine is not None:
                 if target == "cuda":
                     engine.cuda_graph = options.cuda_graph

@@ -147,7 +147,7 @@ def explore(model, stage: str = "graph", *, graph_passes=None,
     if out:
         out += f"// -----// IR at the end of stage {stage} //----- //\n"
     if stage == "ptx":
-        from .ptx import lower_to_ptx
+        from .codegen import lower_to_ptx
         return out + lower_to_ptx(module, arch=options.target.arch).ptx
     if stage == "llvm":
         from .lower.loop_to_llvm import lower_loop_to_llvm

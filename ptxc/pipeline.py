@@ -22,7 +22,7 @@ tensor     ``lower-graph-to-tensor,fuse-tensor-elementwise``   tensor dialect (s
 loop       ``lower-tensor-to-loop`` (cpu);                     loop dialect (buffers, loop nests;
            ``lower-tensor-to-loop,map-to-gpu`` (cuda)          cuda: gpu.launch kernels)
 llvm       loop-to-llvm (llvmlite.ir; cuda: target nvptx)      LLVM IR text, a kernel table
-ptx        :func:`ptxc.ptx.lower_to_ptx` (cuda only)           PTX text for one arch
+ptx        :func:`ptxc.codegen.lower_to_ptx` (cuda only)       PTX text for one arch
 =========  ==================================================  =================================
 
 :data:`STAGE_PIPELINES` and :data:`LAYOUT_PIPELINES` are read-only tables (assigning to them

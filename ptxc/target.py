@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 
 import attrs
 
@@ -48,6 +49,27 @@ _AFTER_HOPPER = _ADA + ("tma", "pdl")     # wgmma is sm_90a's alone
 
 KiB = 1024
 MiB = 1024 * 1024
+
+_ARCH = re.compile(r"^sm_(\d+)([af]?)$")
+
+
+def arch_number(arch: str) -> tuple[int, str]:
+    """``"sm_90a"`` -> ``(90, "a")``; a name that is no ``sm_NN[a|f]`` is a CompileError (the
+    one parse of an arch name: the driver's compatibility check and map-to-gpu's PDL use it)."""
+    m = _ARCH.match(arch or "")
+    if not m:
+        raise CompileError(f"cuda: {arch!r} is not a CUDA arch (expected sm_NN, e.g. sm_90)")
+    return int(m.group(1)), m.group(2)
+
+
+def check_arch(arch: str) -> str:
+    """``arch`` if it names an NVPTX arch (``sm_90``, ``sm_90a``, ``sm_100f``...), else a
+    CompileError."""
+    m = _ARCH.match(arch or "")
+    if not m or int(m.group(1)) < 50:
+        raise CompileError(f"ptx: {arch!r} is not a CUDA arch this compiler targets (sm_50 or "
+                           "newer, written like 'sm_90')")
+    return arch
 
 
 @attrs.frozen
@@ -80,7 +102,6 @@ class Target:
             raise CompileError(f"target: unknown features {bad}; the features are "
                                f"{', '.join(FEATURES)}")
         if self.kind == "cuda":
-            from .ptx.target import check_arch
             check_arch(self.arch)
 
     # -- queries --------------------------------------------------------------------------
@@ -94,7 +115,6 @@ class Target:
     @property
     def sm(self) -> int:
         """The arch's number: 90 for ``sm_90`` and ``sm_90a``."""
-        from .ptx.target import arch_number
         return arch_number(self.arch)[0]
 
     @property
@@ -133,7 +153,6 @@ class Target:
         written, so ``sm_90a`` is an H100 SXM building sm_90a code)."""
         if name in PRESETS:
             return PRESETS[name]
-        from .ptx.target import arch_number, check_arch
         check_arch(name)
         number, _ = arch_number(name)
         base = f"sm_{number}"
@@ -159,7 +178,6 @@ class Target:
         here = device_target()
         if arch is None:
             return here if here is not None else cls.preset(DEFAULT_ARCH)
-        from .ptx.target import arch_number
         if here is not None and arch_number(here.arch)[0] == arch_number(arch)[0]:
             return here.with_arch(arch)
         return cls.preset(arch)

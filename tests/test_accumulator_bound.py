@@ -12,7 +12,7 @@ import ptxc
 from ptxc.dialects.loop import run_main
 from ptxc.errors import CompileError, VerifyError
 from ptxc.lower.gpu_map.contraction import accumulator_bound, analyze
-from ptxc.ptx import lower_to_ptx
+from ptxc.codegen import lower_to_ptx
 from ptxc.rewrite import PassManager
 
 

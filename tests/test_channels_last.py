@@ -384,7 +384,7 @@ def test_cuda_convs_map_to_the_tiled_schedule_and_assemble():
     ptx = pytest.importorskip("ptxc.ptx")
     if ptx.ptxas_path() is None:
         pytest.skip("no ptxas")
-    prog = ptx.lower_to_ptx(module, arch="sm_90")
+    prog = ptxc.codegen.lower_to_ptx(module, arch="sm_90")
     report = ptx.assemble(prog.ptx, "sm_90")
     for k in prog.table.kernels:
         assert k.name in report.kernels
@@ -480,7 +480,7 @@ def test_f16_channels_last_convs_feed_the_mma_schedule_with_cp_async():
     ptx = pytest.importorskip("ptxc.ptx")
     if ptx.ptxas_path() is None:
         pytest.skip("no ptxas")
-    prog = ptx.lower_to_ptx(module, arch="sm_90")
+    prog = ptxc.codegen.lower_to_ptx(module, arch="sm_90")
     report = ptx.assemble(prog.ptx, "sm_90")
     for k in prog.table.kernels:
         assert k.name in report.kernels

@@ -72,7 +72,7 @@ def test_cuda_compile_with_layout_assembles():
     from ptxc.compiler import as_module, run_stages
     module = as_module(lm.with_random_weights(lm.load("squeezenet"), seed=1))
     run_stages(module, "loop", target="cuda", layout="nhwc")
-    prog = ptx.lower_to_ptx(module, arch="sm_90")
+    prog = ptxc.codegen.lower_to_ptx(module, arch="sm_90")
     report = ptx.assemble(prog.ptx, "sm_90")
     tiled = [k for k in prog.table.kernels if k.schedule == "tiled"]
     assert len(tiled) >= 20  # squeezenet's 26 convs (merged siblings count once)

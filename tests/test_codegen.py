@@ -12,7 +12,6 @@ import pytest
 import ptxc
 import ptxc.codegen.host
 import ptxc.lower.loop_to_llvm
-import ptxc.ptx
 from ptxc.codegen import Artifact, build
 from ptxc.compiler import run_stages
 from ptxc.driver.engine import Engine
@@ -73,7 +72,7 @@ def test_cuda_build_for_another_gpu_needs_none():
     assert ".target sm_80" in a.ptx and a.object_code is None
     assert set(timings) == {"ptx", "memory_plan"}
     assert len(a.kernel_keys) == len(a.table.kernels) > len(set(a.kernel_keys))
-    assert a.kernel_keys == ptxc.ptx.lower_to_ptx(m, arch="sm_80").keys
+    assert a.kernel_keys == ptxc.codegen.lower_to_ptx(m, arch="sm_80").keys
     engine = Engine.from_artifact(a, cuda_graph=False)   # touches no GPU
     assert engine.target == "cuda" and engine.ptx == a.ptx and not engine.cuda_graph
     assert engine.memory_report()["arena_bytes"] == a.memory_plan.arena_bytes

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import ptxc
-import ptxc.plan.load
+import ptxc.driver.load
 from ptxc.cli import main
 from ptxc.rewrite.driver import apply_patterns_greedily
-from ptxc.rewrite.pass_ import Pass, register_pass
+from ptxc.rewrite.pass_ import Pass, add_pass
 from ptxc.rewrite.pattern import RewritePattern
 from ptxc.tools.bisect import bisect_model
 from ptxc.tools.compare import compare_model, diff
@@ -32,7 +32,7 @@ class AddBecomesSub(RewritePattern):
         return True
 
 
-@register_pass
+@add_pass
 @attrs.frozen
 class WrongAddPass(Pass):
     """Test only: applies :class:`AddBecomesSub` (a wrong rewrite).
@@ -94,7 +94,7 @@ def test_cli_compare_exit_status_and_json(tmp_path, capsys, monkeypatch):
     # a perturbed plan: its weights scaled by 1.01 after compiling
     plan = tmp_path / "m.plan"
     assert main(["compile", path, "--target", "cpu", "-o", str(plan)]) == 0
-    real_load = ptxc.plan.load.load_plan
+    real_load = ptxc.driver.load.load_plan
 
     def perturbed(p, **kw):
         e = real_load(p, **kw)
@@ -103,7 +103,7 @@ def test_cli_compare_exit_status_and_json(tmp_path, capsys, monkeypatch):
             if a.dtype.kind == "f" and a.size > 8:
                 g[k] = a * np.float32(1.01)
         return e
-    monkeypatch.setattr(ptxc.plan.load, "load_plan", perturbed)
+    monkeypatch.setattr(ptxc.driver.load, "load_plan", perturbed)
     capsys.readouterr()
     assert main(["compare", path, "--plan", str(plan)]) == 1
     out = capsys.readouterr().out

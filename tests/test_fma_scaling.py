@@ -194,7 +194,7 @@ def test_wgmma_sums_carry_their_bound_and_convert_without_cvt():
     x = int8_ir.inputs_for(model)
     np.testing.assert_array_equal(run_main(m, x)["y"],
                                   ptxc.interpret(ptxc.import_onnx(model), x)["y"])
-    ptx = ptxc.ptx.lower_to_ptx(m, arch="sm_90a").ptx
+    ptx = ptxc.codegen.lower_to_ptx(m, arch="sm_90a").ptx
     assert "cvt.rn.f32.s32" not in ptx
 
 

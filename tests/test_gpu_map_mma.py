@@ -11,7 +11,8 @@ import pytest
 from support.contraction_ir import conv_model, inputs_for, loop_module, matmul_model
 from ptxc.dialects.loop import run_main
 from ptxc.lower.gpu_map import contraction, mma_config, mma_kernel
-from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
+from ptxc.ptx import assemble, ptxas_path
+from ptxc.codegen import lower_to_ptx
 from ptxc.rewrite import PassManager
 from ptxc.target import Target
 

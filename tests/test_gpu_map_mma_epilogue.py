@@ -16,7 +16,8 @@ from support import int8_ir
 import ptxc
 from ptxc.dialects.loop import run_main
 from ptxc.lower.gpu_map import contraction, mma_config, mma_epilogue, mma_kernel
-from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
+from ptxc.ptx import assemble, ptxas_path
+from ptxc.codegen import lower_to_ptx
 from ptxc.rewrite import PassManager
 from ptxc.target import Target
 

@@ -11,7 +11,8 @@ import pytest
 from ptxc.dialects.loop import run_main
 from ptxc.lower.gpu_map import mma_kernel, mma_prefetch
 from ptxc.lower.gpu_map.contraction import analyze, rows_in_memory_order
-from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
+from ptxc.ptx import assemble, ptxas_path
+from ptxc.codegen import lower_to_ptx
 from ptxc.rewrite import PassManager
 from test_gpu_map_mma_epilogue import mma_tiles, nhwc_loop, residual_conv_fp32
 

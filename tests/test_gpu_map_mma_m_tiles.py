@@ -16,7 +16,8 @@ from support import contraction_ir
 from support import int8_ir
 from ptxc.dialects.loop import run_main
 from ptxc.lower.gpu_map import mma_config, mma_kernel, mma_prefetch
-from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
+from ptxc.ptx import assemble, ptxas_path
+from ptxc.codegen import lower_to_ptx
 from ptxc.rewrite import PassManager
 from ptxc.target import Target
 from test_gpu_map_mma_epilogue import epilogue_tiles, mma_tiles, nhwc_loop, residual_conv_fp32

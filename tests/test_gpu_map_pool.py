@@ -107,7 +107,7 @@ def test_cuda_pipeline_sets_the_option():
 
 @needs_ptxas
 def test_resnet50_global_pool_ptx_assembles():
-    from ptxc.ptx import lower_to_ptx
+    from ptxc.codegen import lower_to_ptx
     from ptxc.ptx.ptxas import assemble
     m = loop_stage(pool_model(32, 7, 2048), "cuda")
     rep = assemble(lower_to_ptx(m, arch="sm_90").ptx, "sm_90")

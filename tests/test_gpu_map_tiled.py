@@ -319,11 +319,12 @@ def test_ptx_assembles():
     ptx = pytest.importorskip("ptxc.ptx")
     if ptx.ptxas_path() is None:
         pytest.skip("no ptxas")
+    from ptxc.codegen import lower_to_ptx
     from ptxc.lower.gpu_map import map_to_gpu
     module = run_stages(as_module(conv(c=16, oc=32, h=12, w=12)), "loop")
     launches, _ = map_tiled(module)
     map_to_gpu(module)  # the padding kernels: the other schedules
-    prog = ptx.lower_to_ptx(module, arch="sm_90")
+    prog = lower_to_ptx(module, arch="sm_90")
     report = ptx.assemble(prog.ptx, "sm_90")
     tiled = [k for k in prog.table.kernels if k.schedule == "tiled"]
     assert len(tiled) == len(launches) == 2

@@ -18,7 +18,8 @@ from ptxc.dialects.loop import run_main
 from ptxc.errors import CompileError, VerifyError
 from ptxc.ir.verifier import verify
 from ptxc.lower.gpu_map import contraction, wgmma
-from ptxc.ptx import assemble, kernels_arch, lower_to_ptx, ptxas_path
+from ptxc.ptx import assemble, kernels_arch, ptxas_path
+from ptxc.codegen import lower_to_ptx
 from ptxc.rewrite import PassManager
 import test_gpu_map_mma as mma_tests
 from test_gpu_map_mma import check_close, launches

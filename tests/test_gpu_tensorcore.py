@@ -15,7 +15,8 @@ from ptxc.dialects.loop import run_main
 from ptxc.errors import CompileError, VerifyError
 from ptxc.ir.types import F16, F32, I1, I8, I32, INDEX, BufferType
 from ptxc.lower.loop_to_llvm import lower_loop_to_llvm
-from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
+from ptxc.ptx import assemble, ptxas_path
+from ptxc.codegen import lower_to_ptx
 from test_loop_dialect import c, load, module, op, store
 
 needs_ptxas = pytest.mark.skipif(ptxas_path() is None,

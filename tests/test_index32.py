@@ -24,7 +24,8 @@ from ptxc.lower import loop_to_llvm
 from ptxc.lower.gpu_map import mma_prefetch
 from ptxc.lower.llvm_kernel import pow2_divisor
 from ptxc.lower.loop_to_llvm import lower_loop_to_llvm
-from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
+from ptxc.ptx import assemble, ptxas_path
+from ptxc.codegen import lower_to_ptx
 from ptxc.rewrite import PassManager
 from test_gpu_map_mma_flat_m import _check, _conv
 from test_loop_dialect import buf, c, load, module, op, store

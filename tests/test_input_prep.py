@@ -291,7 +291,7 @@ def _kernel_stores(ptx: str, name: str) -> list[str]:
 def test_stem_prep_ptx_stores_a_pixel_at_once(prec, store):
     """The prep kernel's PTX: one 4-byte (int8) or 8-byte (fp16) store per thread, no byte or
     half stores, and it assembles."""
-    from ptxc.ptx import lower_to_ptx
+    from ptxc.codegen import lower_to_ptx
     m, _ = _loop(prec)
     prog = lower_to_ptx(m, arch="sm_90")
     assert _kernel_stores(prog.ptx, "kernel_0") == [store]

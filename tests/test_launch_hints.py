@@ -7,7 +7,7 @@ import pytest
 from support.contraction_ir import loop_module, matmul_model
 from ptxc.dialects.loop import parallel_loop
 from ptxc.ir.types import F32
-from ptxc.ptx import lower_to_ptx
+from ptxc.codegen import lower_to_ptx
 from ptxc.rewrite.pass_manager import PassManager
 from test_loop_dialect import buf, load, module, op, store
 

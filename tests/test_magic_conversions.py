@@ -12,7 +12,8 @@ import pytest
 from ptxc.dialects.loop import parallel_loop, run_main
 from ptxc.driver.cpu import CpuProgram
 from ptxc.ir.types import F32, ScalarType
-from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
+from ptxc.ptx import assemble, ptxas_path
+from ptxc.codegen import lower_to_ptx
 from ptxc.rewrite.pass_manager import PassManager
 from test_loop_dialect import buf, load, module, op, store
 

@@ -20,7 +20,8 @@ from ptxc.driver.cpu import CpuProgram
 from ptxc.errors import VerifyError
 from ptxc.ir.spec import lookup
 from ptxc.ir.types import F16, F32, F64
-from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
+from ptxc.ptx import assemble, ptxas_path
+from ptxc.codegen import lower_to_ptx
 from test_loop_dialect import buf, load, module, op, store
 from test_round_tf32 import random_f32
 

@@ -18,7 +18,8 @@ from ptxc.driver.cpu import CpuProgram
 from ptxc.ir import DenseElements
 from ptxc.ir.types import F16, F32, I32, ScalarType
 from ptxc.lower.llvm_bounds import OFFSET_MAGIC, OFFSET_MAGIC_BITS, _finite_bound
-from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
+from ptxc.ptx import assemble, ptxas_path
+from ptxc.codegen import lower_to_ptx
 from ptxc.rewrite.pass_manager import PassManager
 from support.loop_ir import const as c, load, module, op, store
 from test_magic_conversions import _ptx

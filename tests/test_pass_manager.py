@@ -15,8 +15,8 @@ from ptxc.ir import interpret, parse_ir, print_ir, verify
 from ptxc.ir.spec import OpSpec, lookup, register
 from ptxc.ir.types import tensor
 from ptxc.rewrite import (Explain, Pass, PassManager, RewritePattern, docstring_example,
-                          format_pipeline, get_pass, parse_pipeline, producer, register_pass,
-                          registered_passes)
+                          add_pass, format_pipeline, get_pass, parse_pipeline, producer,
+                          register_pass, registered_passes)
 from ptxc.rewrite import canonicalization
 from ptxc.rewrite.passes.cse import op_key
 
@@ -163,7 +163,7 @@ def test_register_pass_rejects_bad_declarations():
             level: int
 
     with pytest.raises(ValueError, match="registered twice"):
-        @register_pass
+        @add_pass
         @attrs.frozen
         class Dce2(Pass):
             """x"""

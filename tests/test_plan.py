@@ -25,7 +25,7 @@ from ptxc.codegen import build
 from ptxc.driver.engine import Engine
 from ptxc.plan import load as planmod
 from ptxc.plan.format import decode_plan, encode_plan
-from ptxc.plan.load import engine_from_plan
+from ptxc.driver.load import engine_from_plan
 from ptxc.plan.save import plan_to_bytes
 from ptxc.errors import PlanError
 from ptxc.ir import DenseElements
@@ -191,7 +191,7 @@ def test_memory_plan_round_trip(tmp_path):
 
 def test_engine_save_and_ptxc_load_api(weights_engine, tmp_path):
     engine, inputs = weights_engine
-    assert "load" in ptxc.__all__ and ptxc.load is planmod.load_plan
+    assert "load" in ptxc.__all__ and ptxc.load is ptxc.driver.load.load_plan
     engine.save(str(tmp_path / "m.plan"))
     loaded = ptxc.load(str(tmp_path / "m.plan"), threads=1)
     assert loaded.program.threads == 1
@@ -451,7 +451,7 @@ def test_cuda_round_trip_without_the_compiler(cuda_engine, cuda_good, tmp_path, 
     assert path.read_bytes() == cuda_good
     for mod, name in ((ptxc.compiler, "run_stages"), (ptxc.compiler, "compile"),
                       (ptxc.lower.loop_to_llvm, "lower_loop_to_llvm"),
-                      (ptxc.ptx, "lower_to_ptx"), (ptxc.ptx, "optimize_nvptx"),
+                      (ptxc.codegen.builder, "lower_to_ptx"), (ptxc.ptx, "optimize_nvptx"),
                       (ptxc.rewrite.pass_manager.PassManager, "run"), (ptxc.codegen, "build")):
         monkeypatch.setattr(mod, name, _forbidden)
     monkeypatch.setattr(planmod, "device_arch", lambda: None)

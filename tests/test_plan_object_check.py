@@ -214,7 +214,7 @@ def test_seeded_object_table_damage_never_crashes_the_loader(good):
 
 
 def test_an_undamaged_plan_still_runs(good, engine):
-    from ptxc.plan.load import engine_from_plan
+    from ptxc.driver.load import engine_from_plan
     x = np.random.default_rng(0).standard_normal((3, 37)).astype(np.float32)
     np.testing.assert_array_equal(engine_from_plan(good).run({"x": x})["y"],
                                   engine.run({"x": x})["y"])

@@ -15,7 +15,7 @@ from ptxc.plan import inspect as inspect_mod
 from ptxc.plan import load as planmod
 from ptxc.plan.format import FORMAT_VERSION
 from ptxc.plan.inspect import inspect_plan
-from ptxc.plan.load import engine_from_plan
+from ptxc.driver.load import engine_from_plan
 from ptxc.plan.save import plan_to_bytes
 from ptxc.target import Target
 from support.small_nets import conv_relu_pool

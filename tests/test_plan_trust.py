@@ -14,7 +14,7 @@ import ptxc
 from ptxc.codegen import build
 from ptxc.driver.engine import Engine
 from ptxc.plan.inspect import inspect_plan
-from ptxc.plan.load import engine_from_plan
+from ptxc.driver.load import engine_from_plan
 from ptxc.plan.save import plan_to_bytes
 from ptxc.errors import PlanError
 from ptxc.target import Target

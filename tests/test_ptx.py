@@ -19,8 +19,8 @@ from ptxc.dialects.loop import for_loop, if_op, parallel_loop, run_main
 from ptxc.errors import CompileError
 from ptxc.ir.types import F16, F32, F64, I1, I8, I32, I64, INDEX
 from ptxc.lower.loop_to_llvm import DYNAMIC_SHARED, KernelTable, lower_loop_to_llvm
-from ptxc.ptx import (PtxProgram, assemble, default_arch, lower_to_ptx, parse_report,
-                      ptxas_path)
+from ptxc.ptx import PtxProgram, assemble, default_arch, parse_report, ptxas_path
+from ptxc.codegen import lower_to_ptx
 from test_loop_dialect import buf, c, load, module, op, store
 
 needs_ptxas = pytest.mark.skipif(ptxas_path() is None,
@@ -576,7 +576,7 @@ def test_light_model_ptx_on_gpu_gives_the_expected_output(name):
 def test_emission_declares_only_the_listed_libdevice_functions():
     """The part of libdevice kept parsed (libdevice_functions) holds every __nv_ function the
     emission declares, for every math op, pow and the f32/f64 forms (f16 goes through f32)."""
-    from ptxc.lower.llvm_scalar import _TRIG, libdevice_functions
+    from ptxc.ptx.libdevice import TRIG as _TRIG, libdevice_functions
     declared = set()
     for el in (F32, F64):
         m, _ = all_math(el)
@@ -593,13 +593,12 @@ def _kernel_texts(m):
 
 def test_trimmed_libdevice_links_to_the_same_ptx(monkeypatch):
     """Linking the kept part of libdevice and linking the whole library give the same PTX."""
-    from ptxc.lower import llvm_scalar
     from ptxc.ptx import libdevice
     m, _ = all_math(F32)
     full0 = libdevice.stats["full_parses"]
     trimmed = lower_to_ptx(m, arch=ARCH).ptx
     assert libdevice.stats["full_parses"] <= full0 + 1   # at most the one parse of the process
-    monkeypatch.setattr(llvm_scalar, "libdevice_functions", lambda: frozenset())
+    monkeypatch.setattr(libdevice, "libdevice_functions", lambda: frozenset())
     before = libdevice.stats["full_parses"]
     whole = lower_to_ptx(m, arch=ARCH).ptx                # a name outside the set: whole library
     # (each kernel's module links it: one whole parse per kernel module that calls it)
@@ -632,7 +631,7 @@ def test_libdevice_is_parsed_once_under_threads(monkeypatch):
     assert libdevice.stats["full_parses"] == 1          # links parse the kept bitcode only
     # the kept part is far smaller than the library, and defines every listed function
     import llvmlite.binding as llvm
-    from ptxc.lower.llvm_scalar import libdevice_functions
+    from ptxc.ptx.libdevice import libdevice_functions
     assert len(got[0]) < os.path.getsize(path) / 4
     defined = {f.name for f in llvm.parse_bitcode(got[0]).functions if not f.is_declaration}
     assert libdevice_functions() <= defined

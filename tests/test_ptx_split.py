@@ -10,7 +10,8 @@ import pytest
 import ptxc
 from ptxc.dialects.loop import run_main
 from ptxc.lower.loop_to_llvm import lower_loop_to_llvm
-from ptxc.ptx import jobs, lower_to_ptx, ptxas_path
+from ptxc.ptx import jobs, ptxas_path
+from ptxc.codegen import lower_to_ptx
 from ptxc.ptx.split import PLACEHOLDER, join_ptx, kernel_modules, key
 from test_ptx import check_mapped_ptx, mapped
 
@@ -195,7 +196,7 @@ def test_parallel_compile_from_a_script_without_a_main_guard(tmp_path):
         "import ptxc\n"
         "from ptxc.ptx import jobs\n"
         "from test_ptx_split import mapped, twin_convs\n"
-        "from ptxc.ptx import lower_to_ptx\n"
+        "from ptxc.codegen import lower_to_ptx\n"
         "jobs.MIN_PARALLEL_BYTES = 0\n"
         "calls = []\n"
         "real = jobs.run_pool\n"

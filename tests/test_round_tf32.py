@@ -20,7 +20,8 @@ from ptxc.driver.cpu import CpuProgram
 from ptxc.errors import VerifyError
 from ptxc.ir import parse_ir, print_ir
 from ptxc.ir.types import F16, F32
-from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
+from ptxc.ptx import assemble, ptxas_path
+from ptxc.codegen import lower_to_ptx
 from test_loop_dialect import buf, c, load, module, op, store
 
 needs_ptxas = pytest.mark.skipif(ptxas_path() is None,

@@ -175,7 +175,7 @@ def test_cuda_stem_prep_is_one_kernel_plus_border(prec, threads, store):
     got = ptxc.interpret(m, {"x": X12})["y"]
     tol = 0.05 if prec == "fp16" else 0.15
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * float(np.abs(want).max()))
-    from ptxc.ptx import lower_to_ptx
+    from ptxc.codegen import lower_to_ptx
     prog = lower_to_ptx(m, arch="sm_90")
     assert _kernel_stores(prog.ptx, "kernel_0") == [store]
 

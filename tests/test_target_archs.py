@@ -135,7 +135,7 @@ def test_the_k_loop_stays_rolled_below_sm_90():
     spills on sm_86 unrolled); the schedule keeps the K loop rolled there (mma.py,
     ROLLED_K_LOOP_BELOW_SM: PTX's nounroll pragma). sm_90's PTX has no pragma (its ptxas keeps
     the loop rolled by itself)."""
-    from ptxc.ptx import lower_to_ptx
+    from ptxc.codegen import lower_to_ptx
     for arch in ("sm_86", "sm_90"):
         m = _mapped(matmul_model(M=169, K=512, N=1000, trans_b=True),
                     target=Target.preset(arch), wgmma="off")

@@ -15,7 +15,8 @@ import pytest
 from support.contraction_ir import loop_module, matmul_model
 from ptxc.dialects.loop import run_main
 from ptxc.lower.gpu_map import MapToGpu, mma_epilogue, wgmma
-from ptxc.ptx import assemble, lower_to_ptx, ptxas_path
+from ptxc.ptx import assemble, ptxas_path
+from ptxc.codegen import lower_to_ptx
 from ptxc.rewrite import PassManager
 from ptxc.target import Target
 from test_gpu_map_mma import check_close, launches

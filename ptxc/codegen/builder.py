@@ -11,7 +11,8 @@ What runs, in order, each timed into ``timings`` (the keys an Engine's ``timings
   (:mod:`.memory_plan`), and an arena the host cannot hold is refused here, naming the layer
   (:func:`check_host_memory`); ``jit`` — the IR is optimized and compiled to the host's
   object code (:func:`.host.compile_object`; loading it is the runtime's and adds to ``jit``).
-* cuda: ``ptx`` — :func:`ptxc.ptx.lower_to_ptx` for the target's arch (a program with a wgmma
+* cuda: ``ptx`` — :func:`lower_to_ptx` for the target's arch (the kernels emitted as NVPTX
+  LLVM IR, then :func:`ptxc.ptx.ptx_of_llvm`) (a program with a wgmma
   kernel is built for sm_90a, and the Artifact's target says so); ``memory_plan`` as on cpu
   (the device arena: the host's memory is no limit for it).
 
@@ -26,12 +27,12 @@ import time
 from ..errors import CompileError
 from ..ir.core import Operation
 from ..lower.loop_to_llvm import lower_loop_to_llvm
-from ..target import Target
+from ..target import Target, check_arch
 from .artifact import Artifact, function_keys
 from .host import compile_object
 from .memory_plan import MemoryPlan, buffers_from_slots, host_memory_bytes, plan_memory
 
-__all__ = ["build", "plan_scratch", "check_host_memory"]
+__all__ = ["build", "lower_to_ptx", "plan_scratch", "check_host_memory"]
 
 
 def build(loop_module: Operation, target: Target, *, timings: dict | None = None) -> Artifact:
@@ -68,7 +69,6 @@ def _build_cpu(loop_module: Operation, target: Target, timings: dict) -> Artifac
 
 
 def _build_cuda(loop_module: Operation, target: Target, timings: dict) -> Artifact:
-    from ..ptx import lower_to_ptx
     t0 = time.perf_counter()
     prog = lower_to_ptx(loop_module, arch=target.arch)
     timings["ptx"] = time.perf_counter() - t0
@@ -78,6 +78,26 @@ def _build_cuda(loop_module: Operation, target: Target, timings: dict) -> Artifa
     built = target if prog.arch == target.arch else target.with_arch(prog.arch)
     return Artifact(built, prog.table, prog.llvm_text, prog.globals, plan,
                     kernel_keys=prog.keys, ptx=prog.ptx)
+
+
+def lower_to_ptx(loop_module: Operation, func: str = "main", arch: str | None = None,
+                 opt_level: int = 3, timings: dict | None = None, jobs: int | None = None):
+    """The :class:`~ptxc.ptx.PtxProgram` of ``func`` of a mapped loop module (every kernel a
+    ``gpu.launch``): the kernels emitted as NVPTX LLVM IR
+    (:func:`~ptxc.lower.loop_to_llvm.lower_loop_to_llvm`), then PTX for ``arch`` (default
+    ``PTXC_CUDA_ARCH``, the GPU here, else sm_90) by :func:`ptxc.ptx.ptx_of_llvm`. A top-level
+    nest that is not mapped is a CompileError (run ``map-to-gpu``). ``timings`` gains the
+    seconds of each step (``emit``, then the ptx stage's)."""
+    from ..gc_pause import fewer_collections
+    from ..ptx import ptx_of_llvm
+    from ..ptx.target import default_arch
+    arch = check_arch(arch or default_arch())
+    t0 = time.perf_counter()
+    with fewer_collections():
+        prog = lower_loop_to_llvm(loop_module, func, target="nvptx", verify=False)
+    if timings is not None:
+        timings["emit"] = timings.get("emit", 0.0) + time.perf_counter() - t0
+    return ptx_of_llvm(prog, arch, opt_level, timings, jobs)
 
 
 def plan_scratch(table) -> MemoryPlan:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import collections
 
-from ..ptx.target import arch_number
+from ..target import arch_number
 from .cuda_graphs import GraphCache
 
 __all__ = ["ALIGN", "arch_number", "arch_compatible", "load_kernel", "launch_config", "retire",

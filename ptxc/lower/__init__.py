@@ -1,10 +1,20 @@
 """Lowerings between dialects: graph to tensor, bufferization and tensor to loop, loop to LLVM IR
 (docs/lowering.md).
 
-Importing this package registers the lowering passes (the pass registry imports it with the
-builtin passes): ``lower-graph-to-tensor`` (graph_to_tensor/), ``generalize-named-ops`` and
-``fuse-tensor-elementwise`` (tensor_passes.py), ``lower-tensor-to-loop`` (tensor_to_loop/),
-``map-to-gpu`` (gpu_map/).
+:func:`lowering_passes` is this package's pass table (the root package installs it in the pass
+registry with the graph passes; importing this package imports no lowering):
+``lower-graph-to-tensor`` (graph_to_tensor/), ``generalize-named-ops`` and
+``fuse-tensor-elementwise`` (tensor_passes.py), ``sink-collapse-reshapes`` (sink_reshapes.py),
+``lower-tensor-to-loop`` (tensor_to_loop/), ``map-to-gpu`` (gpu_map/).
 """
 
-from . import graph_to_tensor, tensor_passes, sink_reshapes, tensor_to_loop, gpu_map  # noqa: F401
+from __future__ import annotations
+
+
+def lowering_passes() -> dict[str, type]:
+    """Every lowering pass class, by name."""
+    from . import graph_to_tensor, gpu_map, sink_reshapes, tensor_passes, tensor_to_loop
+    passes = (graph_to_tensor.LowerGraphToTensor, tensor_passes.GeneralizeNamedOps,
+              tensor_passes.FuseTensorElementwise, sink_reshapes.SinkCollapseReshapes,
+              tensor_to_loop.LowerTensorToLoop, gpu_map.MapToGpu)
+    return {p.name: p for p in passes}

@@ -89,30 +89,13 @@ from llvmlite import ir
 from ..errors import CompileError
 from ..ir.core import Operation
 from ..ir.types import I1, INDEX, ScalarType
+from ..ptx.libdevice import MATH_STEMS as _LIBDEVICE
+from ..ptx.libdevice import TRIG as _TRIG
 from .llvm_bounds import (MAGIC, MAGIC_BITS, OFFSET_MAGIC, OFFSET_MAGIC_BITS, SMALL,
                           _clamped_to_i32, _finite_bound, _int_bits, _integral,
                           _magic_exact_operand, _range, _rounded_plus_constant, _small,
                           _small_int, _tie_free_bound)
 from .llvm_types import _FLOATS, _FSUFFIX, I16, I32, I64, constant, llvm_type, supported
-
-#: math op -> libdevice function stem (``__nv_<stem>f`` for f32, ``__nv_<stem>`` for f64)
-#: (sqrt is not here: libdevice's ``__nv_sqrtf`` is ``sqrt.approx`` unless ``__CUDA_PREC_SQRT``
-#: reflects to 1, which LLVM 22 only takes from a process-wide option; ``llvm.sqrt`` is
-#: ``sqrt.rn``, correctly rounded as numpy's)
-_LIBDEVICE = {"exp": "exp", "log": "log", "tanh": "tanh", "erf": "erf", "abs": "fabs",
-              "floor": "floor", "ceil": "ceil"}
-#: the trigonometric family: libm's double function (CPU), libdevice's (GPU), same names
-_TRIG = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
-_LIBDEVICE.update({n: n for n in _TRIG})
-#: the libdevice stems called outside ``_LIBDEVICE`` (``math.fmod``-like ``arith.rem``, ``pow``)
-_LIBDEVICE_EXTRA = ("fmod", "pow")
-
-
-def libdevice_functions() -> frozenset:
-    """Every ``__nv_*`` function the NVPTX emission may declare (f32 and f64 forms): the part of
-    libdevice :mod:`ptxc.ptx.libdevice` keeps parsed for the process."""
-    stems = set(_LIBDEVICE.values()) | set(_LIBDEVICE_EXTRA)
-    return frozenset(f"__nv_{s}{sfx}" for s in stems for sfx in ("", "f"))
 
 
 class ScalarEmitter:

@@ -1,5 +1,5 @@
 """NVPTX emission of the gpu dialect's warpgroup ops (ptxc/dialects/gpu_wgmma.py), for
-loop_to_llvm's GPU kernels. The PTX needs target ``sm_90a`` (:func:`ptxc.ptx.lower_to_ptx`
+loop_to_llvm's GPU kernels. The PTX needs target ``sm_90a`` (:func:`ptxc.codegen.lower_to_ptx`
 raises the arch of a program holding a wgmma kernel from sm_90 to sm_90a).
 
 =====================  ===================================================================

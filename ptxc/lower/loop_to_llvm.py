@@ -240,7 +240,7 @@ def lower_loop_to_llvm(module: Operation, func: str = "main", triple: str | None
     ``target`` is ``"cpu"`` (triple and layout default to the host's) or ``"nvptx"`` (default
     ``nvptx64-nvidia-cuda`` and the NVPTX layout; kernels from ``gpu.launch`` ops).
     ``verify``: parse and verify the text (False: the caller parses and verifies what it
-    compiles, as :func:`ptxc.ptx.lower_to_ptx` does kernel by kernel)."""
+    compiles, as :func:`ptxc.codegen.lower_to_ptx` does kernel by kernel)."""
     if target not in _TARGETS:
         raise CompileError(f"loop-to-llvm: unknown target {target!r} (known: {list(_TARGETS)})")
     try:

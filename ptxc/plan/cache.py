@@ -108,10 +108,10 @@ def cache_key(model, target: str, options: dict) -> str | None:
     return h.hexdigest()
 
 
-def lookup(key: str, threads: int | None = None):
-    """The cached engine of ``key``, or None (a missing or unusable entry)."""
+def lookup(key: str, load):
+    """The cached engine of ``key``, or None (a missing or unusable entry); ``load(path)``
+    makes the engine of a plan file (the driver's :func:`~ptxc.driver.load.load_plan`)."""
     from ..errors import PtxcError
-    from .load import load_plan
     d = cache_dir()
     if d is None or key is None:
         return None
@@ -119,7 +119,7 @@ def lookup(key: str, threads: int | None = None):
     if not os.path.exists(path):
         return None
     try:
-        engine = load_plan(path, threads=threads)
+        engine = load(path)
     except PtxcError as e:
         log.info("compile cache: ignoring %s (%s)", path, e)
         return None

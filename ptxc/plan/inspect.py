@@ -12,8 +12,7 @@ a legend line says why (:data:`LEGEND`).
 from __future__ import annotations
 
 from ..errors import PlanError, PtxcError
-from ..ptx.target import arch_number
-from ..target import device_target
+from ..target import arch_number, device_target
 from .format import ALIGN, FORMAT_VERSION, MAGIC, decode_plan
 from .load import describe, recorded_target
 from .trust import read_plan_file, strip_signature

@@ -1,14 +1,17 @@
-"""Loading a plan file: an Engine again, without recompiling the model.
+"""Reading a plan file: what the runtime needs to make an Engine again, without recompiling.
 
-    engine = ptxc.load("model.plan")       # load_plan(path, threads=None, key=None)
-    engine = engine_from_plan(data)        # from the bytes
+    plan = read_plan("model.plan")         # a LoadedPlan: the Artifact and the run options
+    plan = plan_from_bytes(data)           # from the bytes
+    engine = ptxc.load("model.plan")       # ptxc.driver.load.load_plan: the Engine of it
 
 The container (prefix, JSON header, 64-byte aligned blobs, SHA-256) is :mod:`ptxc.plan.format`;
 what loading checks of the content is :mod:`ptxc.plan.checks` and :mod:`ptxc.plan.object_code`;
 how a file is read and its signature checked, :mod:`ptxc.plan.trust`; the header is written by
 :mod:`ptxc.plan.save`. This module makes an :class:`~ptxc.codegen.artifact.Artifact` of a
-checked header and its blobs, and the runtime an Engine of that
-(:meth:`~ptxc.driver.engine.Engine.from_artifact`), as after a compile.
+checked header and its blobs, with the runtime options the engine was saved with (a
+:class:`LoadedPlan`); the runtime makes an Engine of that (:mod:`ptxc.driver.load`,
+:meth:`~ptxc.driver.engine.Engine.from_artifact`), as after a compile. This package imports
+nothing of the driver: the driver saves through :mod:`ptxc.plan.save` and loads through here.
 
 **What loading runs.** Loading parses JSON (data only) and views raw arrays of a fixed set of
 numeric dtypes; nothing from the file is unpickled, evaluated or imported. A cpu plan stores the
@@ -69,44 +72,55 @@ import logging
 import os
 import time
 
+import attrs
 import numpy as np
 
 from ..codegen.artifact import Artifact
 from ..codegen.host import LIBGCC, LIBM, host_cpu_features
 from ..errors import CompileError
-from ..ptx.target import arch_number
-from ..target import Target, device_arch, device_target
+from ..target import Target, arch_number, device_arch, device_target
 from .checks import _check_code, _check_ptx, _kernel_table, _stored_memory_plan
 from .format import ALIGN, CAUSES, FORMAT_VERSION, MAGIC, _is_int, _refuse, decode_plan
 from .object_code import check_object
 
-__all__ = ["load_plan", "engine_from_plan", "CAUSES"]
+__all__ = ["LoadedPlan", "read_plan", "plan_from_bytes", "CAUSES"]
 
 log = logging.getLogger("ptxc.plan")
 
 
-def load_plan(path, *, threads: int | None = None, key=None, max_memory: int | None = None):
-    """Read the plan at ``path`` into an Engine (see the module docstring for what runs). The
-    file is read under the trust model of :mod:`ptxc.plan.trust`: a regular file, its
-    prefix checked before the rest is read, and its signature checked against ``key`` (or
-    ``PTXC_PLAN_KEY``). ``max_memory``: the engine's memory budget, as ``compile``'s."""
-    from ..driver.memory_limit import _valid
+@attrs.frozen
+class LoadedPlan:
+    """What a checked plan holds for the runtime: the :class:`Artifact` and the options the
+    engine ran with (``min_parallel_work``: cpu plans; ``cuda_graph``: cuda plans), with the
+    seconds reading it took and where it came from (for messages)."""
+
+    artifact: Artifact
+    precision: str
+    precision_overrides: dict
+    source: str
+    load_seconds: float
+    min_parallel_work: int | None = None
+    cuda_graph: bool = True
+
+
+def read_plan(path, *, key=None) -> LoadedPlan:
+    """Read and check the plan at ``path`` (see the module docstring for what runs). The file
+    is read under the trust model of :mod:`ptxc.plan.trust`: a regular file, its prefix
+    checked before the rest is read, and its signature checked against ``key`` (or
+    ``PTXC_PLAN_KEY``)."""
     from .trust import read_plan_file, verify
-    _valid(max_memory)
     path = os.fspath(path)
     buf = verify(read_plan_file(path, MAGIC, FORMAT_VERSION, ALIGN), key, path)
-    engine = engine_from_plan(buf, threads=threads, source=path)
-    engine.max_memory = max_memory
-    return engine
+    return plan_from_bytes(buf, source=path)
 
 
-def engine_from_plan(data, *, threads: int | None = None, source: str = "<plan>"):
-    """An Engine from the bytes of a plan file (see the module docstring)."""
+def plan_from_bytes(data, *, source: str = "<plan>") -> LoadedPlan:
+    """The checked content of the bytes of a plan file (see the module docstring)."""
     t0 = time.perf_counter()
     header, blobs = decode_plan(data, source)
     _check_runtime(header, source)
     if header.get("target") == "cuda":
-        return _cuda_engine_from_plan(header, blobs, source, t0)
+        return _cuda_plan(header, blobs, source, t0)
     table, globals_, _, _ = _kernel_table(header, blobs, source)
     text = _text_blob(blobs, "llvm", "a cpu plan", "LLVM module", source)
     obj = _object_code(header, blobs, table, source)
@@ -119,18 +133,11 @@ def engine_from_plan(data, *, threads: int | None = None, source: str = "<plan>"
     host = header["host"]
     artifact = Artifact(_plan_target(header, source), table, text, globals_, plan,
                         object_code=obj, triple=host["triple"], data_layout=host["data_layout"])
-    from ..driver.engine import Engine
-    try:
-        engine = Engine.from_artifact(artifact, threads=threads, min_parallel_work=work,
-                                      timings={"load": time.perf_counter() - t0})
-    except CompileError as e:
-        raise _refuse("code", f"the stored LLVM IR does not compile: {e}", source) from None
-    engine.precision = options.get("precision", "fp32")
-    engine.precision_overrides = _overrides(options, source)
-    return engine
+    return LoadedPlan(artifact, options.get("precision", "fp32"), _overrides(options, source),
+                      source, time.perf_counter() - t0, min_parallel_work=work)
 
 
-def _cuda_engine_from_plan(header: dict, blobs: dict, source: str, t0: float):
+def _cuda_plan(header: dict, blobs: dict, source: str, t0: float) -> LoadedPlan:
     table, globals_, _, _ = _kernel_table(header, blobs, source)
     ptx = _text_blob(blobs, "ptx", "a cuda plan", "PTX", source)
     _check_ptx(ptx, table, source)
@@ -141,17 +148,8 @@ def _cuda_engine_from_plan(header: dict, blobs: dict, source: str, t0: float):
     if plan is None:
         raise _refuse("header", "a cuda plan without its memory plan", source)
     artifact = Artifact(_plan_target(header, source), table, "", globals_, plan, ptx=ptx)
-    from ..driver.engine import Engine
-    try:
-        engine = Engine.from_artifact(artifact, cuda_graph=options["cuda_graph"],
-                                      exact_arch=True,
-                                      timings={"load": time.perf_counter() - t0})
-    except CompileError as e:
-        raise _refuse("header", f"the kernel table, arch or memory plan cannot make a cuda "
-                      f"program: {e}", source) from None
-    engine.precision = options.get("precision", "fp32")
-    engine.precision_overrides = _overrides(options, source)
-    return engine
+    return LoadedPlan(artifact, options.get("precision", "fp32"), _overrides(options, source),
+                      source, time.perf_counter() - t0, cuda_graph=options["cuda_graph"])
 
 
 # ---- the target: what the plan was built for, and what this machine is ------------------------

@@ -1,11 +1,14 @@
-"""PTX for a mapped loop program: loop (after ``map-to-gpu``) → LLVM IR for NVPTX → libdevice
-linked → NVPTX O3 → PTX text.
+"""PTX for an NVPTX LLVM program: LLVM IR for NVPTX (the kernels and their kernel table) →
+libdevice linked → NVPTX O3 → PTX text.
 
-    prog = lower_to_ptx(loop_module)            # a PtxProgram: .ptx, .arch, .table, .globals
+    prog = ptx_of_llvm(llvm_program)            # a PtxProgram: .ptx, .arch, .table, .globals
     report = assemble(prog.ptx, prog.arch)      # ptxas -v: registers/spills per kernel
 
-* :func:`lower_to_ptx` emits the kernels with
-  :func:`~ptxc.lower.loop_to_llvm.lower_loop_to_llvm` (``target="nvptx"``), cuts one module
+The LLVM program is what :func:`~ptxc.lower.loop_to_llvm.lower_loop_to_llvm` emits with
+``target="nvptx"``; this stage takes it and imports nothing of the lowerings (from a mapped loop
+module, :func:`ptxc.codegen.lower_to_ptx` does both steps).
+
+* :func:`ptx_of_llvm` cuts one module
   per distinct kernel (:mod:`.split`) and, for each (:mod:`.jobs`: in a pool of processes for
   large programs), links libdevice when the kernel calls it (:mod:`.libdevice`), makes
   everything but the kernel internal, runs LLVM's O3 pipeline built for the NVPTX target
@@ -27,9 +30,7 @@ import attrs
 import numpy as np
 
 from ..errors import CompileError
-from ..ir.core import Operation
 from ..target import Target
-from ..lower.loop_to_llvm import KernelTable, lower_loop_to_llvm
 from .jobs import compile_modules
 from .libdevice import find_libdevice, link_libdevice
 from .split import join_ptx, kernel_modules
@@ -38,7 +39,7 @@ from .ptxas import KernelResources, PtxasReport, assemble, parse_report, ptxas_p
 from .target import (NVPTX_TRIPLE, arch_number, check_arch, default_arch, nvptx_data_layout,
                      ptx_features, target_machine)
 
-__all__ = ["PtxProgram", "lower_to_ptx", "footprint_lines", "optimize_nvptx", "default_arch", "ptxas_path",
+__all__ = ["PtxProgram", "ptx_of_llvm", "footprint_lines", "optimize_nvptx", "default_arch", "ptxas_path",
            "assemble", "PtxasReport", "KernelResources", "parse_report", "find_libdevice",
            "target_machine", "kernels_arch", "NVPTX_TRIPLE", "nvptx_data_layout", "ptx_features", "check_arch"]
 
@@ -52,7 +53,7 @@ class PtxProgram:
     ptx: str
     arch: str
     llvm_text: str
-    table: KernelTable
+    table: object  # the kernel table (ptxc.lower.kernel_table.KernelTable)
     globals: dict  # global name -> read-only numpy array
     #: each kernel's module key (:func:`.split.key`), in table order: equal keys, the same code
     keys: tuple = ()
@@ -115,24 +116,21 @@ class _Clock:
         self.t = now
 
 
-def lower_to_ptx(loop_module: Operation, func: str = "main", arch: str | None = None,
-                 opt_level: int = 3, timings: dict | None = None,
-                 jobs: int | None = None) -> PtxProgram:
-    """PTX of ``func`` of a mapped loop module (every kernel a ``gpu.launch``); see the module
-    docstring. A top-level nest that is not mapped is a CompileError (run ``map-to-gpu``);
-    missing libdevice is a CompileError saying where it was looked for."""
+def ptx_of_llvm(prog, arch: str | None = None, opt_level: int = 3,
+                timings: dict | None = None, jobs: int | None = None) -> PtxProgram:
+    """PTX of an NVPTX LLVM program (``lower_loop_to_llvm(..., target="nvptx")``: its
+    ``module``, ``text``, kernel ``table``, ``twins`` and ``globals``); see the module
+    docstring. Missing libdevice is a CompileError saying where it was looked for."""
     from ..gc_pause import fewer_collections
     arch = check_arch(arch or default_arch())
     if not 0 <= opt_level <= 3:
         raise CompileError(f"ptx: opt_level must be 0..3, is {opt_level}")
     with fewer_collections():
-        return _lower_to_ptx(loop_module, func, arch, opt_level, timings, jobs)
+        return _ptx_of_llvm(prog, arch, opt_level, timings, jobs)
 
 
-def _lower_to_ptx(loop_module, func, arch, opt_level, timings, jobs) -> PtxProgram:
+def _ptx_of_llvm(prog, arch, opt_level, timings, jobs) -> PtxProgram:
     clock = _Clock(timings)
-    prog = lower_loop_to_llvm(loop_module, func, target="nvptx", verify=False)
-    clock("emit")
     kernels = prog.table.kernels
     arch = kernels_arch(kernels, arch)
     if not kernels:  # nothing to split: the (empty) module as it is
@@ -187,7 +185,7 @@ def kernels_arch(kernels, arch: str) -> str:
     return arch
 
 
-def footprint_lines(table: KernelTable) -> str:
+def footprint_lines(table) -> str:
     """PTX comment lines stating each kernel's footprint: its launch (grid, block, shared
     bytes) and the bytes of each buffer it was compiled to index. PTX has no parameter sizes
     (LLVM's ``dereferenceable`` does not survive NVPTX), so the PTX says them here; a plan

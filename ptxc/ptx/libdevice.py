@@ -10,7 +10,7 @@ sets to 0 (denormals kept, as numpy).
 Parsed once per process. libdevice is 450 KB of bitcode with 352 functions, and parsing it took
 0.2 s of every cuda compile (then O3 walked its unused functions until it dropped them). The
 first link parses it once and keeps, as bitcode, only what ptxc's emission can call
-(:func:`ptxc.lower.llvm_scalar.libdevice_functions`, 42 functions and their helpers after
+(:func:`libdevice_functions`, 42 functions and their helpers after
 internalize + global DCE: 59 KB, parsed in about 20 ms); every link parses that. A module that
 declares an ``__nv_*`` function outside that set (an emitter change that did not list it) links
 the whole library, parsed for that link, so the cache can make a link slower, never wrong.
@@ -35,6 +35,27 @@ import os
 import threading
 
 from ..errors import CompileError
+
+#: math op -> libdevice function stem (``__nv_<stem>f`` for f32, ``__nv_<stem>`` for f64), the
+#: functions the NVPTX emission (:mod:`ptxc.lower.llvm_scalar`) calls for the math ops
+#: (sqrt is not here: libdevice's ``__nv_sqrtf`` is ``sqrt.approx`` unless ``__CUDA_PREC_SQRT``
+#: reflects to 1, which LLVM 22 only takes from a process-wide option; ``llvm.sqrt`` is
+#: ``sqrt.rn``, correctly rounded as numpy's)
+MATH_STEMS = {"exp": "exp", "log": "log", "tanh": "tanh", "erf": "erf", "abs": "fabs",
+              "floor": "floor", "ceil": "ceil"}
+#: the trigonometric family: libm's double function (CPU), libdevice's (GPU), same names
+TRIG = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
+MATH_STEMS.update({n: n for n in TRIG})
+#: the libdevice stems the emission calls outside ``MATH_STEMS`` (``math.fmod``-like
+#: ``arith.rem``, ``pow``)
+EXTRA_STEMS = ("fmod", "pow")
+
+
+def libdevice_functions() -> frozenset:
+    """Every ``__nv_*`` function the NVPTX emission may declare (f32 and f64 forms): the part of
+    libdevice kept parsed for the process."""
+    stems = set(MATH_STEMS.values()) | set(EXTRA_STEMS)
+    return frozenset(f"__nv_{s}{sfx}" for s in stems for sfx in ("", "f"))
 
 
 def _in_toolkit(root: str | None) -> list[str]:
@@ -117,7 +138,6 @@ def trimmed_bitcode(path: str) -> bytes:
         bc = _TRIMMED.get(path)
         if bc is None:
             import llvmlite.binding as llvm
-            from ..lower.llvm_scalar import libdevice_functions
             from .target import target_machine
             lib = _parse_full(path)
             keep = libdevice_functions()
@@ -138,7 +158,6 @@ def link_libdevice(mod) -> None:
     import llvmlite.binding as llvm
     if not needs_libdevice(mod):
         return
-    from ..lower.llvm_scalar import libdevice_functions
     path = find_libdevice()
     needed = {f.name for f in mod.functions if f.is_declaration and f.name.startswith("__nv_")}
     if needed <= libdevice_functions():

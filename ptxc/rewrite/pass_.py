@@ -19,6 +19,12 @@ changed the module)::
 
         def run(self, module) -> bool: ...
 
+``@register_pass`` checks the declaration; the registry is a table, not an import side effect:
+this package never imports a pass module. :func:`ptxc.rewrite.passes.all_passes` and
+:func:`ptxc.lower.lowering_passes` list the passes, ``ptxc/__init__.py`` installs them with
+:func:`install_pass_table`, and the first :func:`get_pass` or :func:`registered_passes` calls
+them. :func:`add_pass` registers a pass at run time (tests, passes outside ptxc).
+
 Option fields are snake_case in Python and kebab-case in pipeline text:
 ``canonicalize{max-iterations=4}`` is ``get_pass("canonicalize", max_iterations=4)``. Being
 frozen, a pass is hashable and its options can key a cache.
@@ -36,7 +42,7 @@ import inspect
 import re
 import textwrap
 import typing
-from typing import ClassVar
+from typing import Callable, ClassVar, Mapping
 
 import attrs
 from attrs.exceptions import FrozenInstanceError
@@ -76,19 +82,24 @@ class Pass:
         return (inspect.getdoc(cls) or "").split("\n", 1)[0]
 
 
+#: the registry: every pass class by name, filled from the installed tables on first use
 _PASSES: dict[str, type[Pass]] = {}
+#: the installed tables: functions returning {name: pass class} (ptxc/__init__.py installs
+#: ptxc.rewrite.passes.all_passes and ptxc.lower.lowering_passes)
+_tables: tuple[Callable[[], Mapping[str, type[Pass]]], ...] = ()
+_state = "empty"  # -> "loading" -> "loaded"
 
 
 def register_pass(cls: type[Pass]) -> type[Pass]:
-    """Register a pass class under its ``name`` (a decorator, applied above ``@attrs.frozen``)."""
+    """Check a pass declaration (a decorator, applied above ``@attrs.frozen``): a ``Pass``
+    subclass with a kebab-case ``name``, frozen attrs, every option with a default. It does not
+    register the class: the pass tables list it (:func:`ptxc.rewrite.passes.all_passes`,
+    :func:`ptxc.lower.lowering_passes`), and :func:`add_pass` adds one at run time."""
     if not (isinstance(cls, type) and issubclass(cls, Pass)):
         raise TypeError(f"{cls!r} is not a Pass subclass")
     name = cls.__dict__.get("name", "")
     if not isinstance(name, str) or not _KEBAB.match(name):
         raise ValueError(f"{cls.__name__}: pass name must be kebab-case, got {name!r}")
-    if name in _PASSES and _PASSES[name] is not cls:
-        raise ValueError(f"pass {name!r} registered twice ({_PASSES[name].__name__} and "
-                         f"{cls.__name__})")
     if not attrs.has(cls) or "__attrs_attrs__" not in cls.__dict__:
         raise TypeError(f"{cls.__name__}: a pass must be an @attrs.frozen class")
     attrs.resolve_types(cls)
@@ -103,25 +114,73 @@ def register_pass(cls: type[Pass]) -> type[Pass]:
         raise TypeError(f"{cls.__name__}: a pass must be frozen (@attrs.frozen)") from None
     else:
         raise TypeError(f"{cls.__name__}: a pass must be frozen (@attrs.frozen)")
-    _PASSES[name] = cls
+    cls._declared_pass = True
     return cls
 
 
-def _load_builtin_passes() -> None:
-    import ptxc.rewrite.passes  # noqa: F401  (imports and so registers every pass module)
-    import ptxc.lower  # noqa: F401  (the lowering passes)
+def install_pass_table(*tables: Callable[[], Mapping[str, type[Pass]]]) -> None:
+    """Give the registry its tables (each a function returning ``{name: pass class}``); they
+    are called on the first lookup."""
+    global _tables
+    if _tables and _tables != tables:
+        raise ValueError("pass tables are installed already ("
+                         + ", ".join(f"{t.__module__}.{t.__qualname__}" for t in _tables) + ")")
+    _tables = tables
+
+
+def _load() -> None:
+    global _state
+    if _state == "loaded":
+        return
+    if _state == "loading":
+        raise CompileError("pass lookup while the pass tables load: a pass module looks a pass "
+                           "up when it is imported; look it up when the pass runs")
+    if not _tables:
+        raise CompileError("no pass table is installed: ptxc/__init__.py installs "
+                           "ptxc.rewrite.passes.all_passes and ptxc.lower.lowering_passes with "
+                           "ptxc.rewrite.pass_.install_pass_table")
+    _state = "loading"
+    try:
+        for table in _tables:
+            for name, cls in table().items():
+                if "_declared_pass" not in cls.__dict__ or cls.name != name:
+                    raise ValueError(f"pass table {table.__module__}.{table.__qualname__}: "
+                                     f"{name!r} -> {cls!r} is no @register_pass class of "
+                                     "that name")
+                _add(cls)
+    except BaseException:
+        _PASSES.clear()
+        _state = "empty"
+        raise
+    _state = "loaded"
+
+
+def _add(cls: type[Pass]) -> None:
+    if cls.name in _PASSES and _PASSES[cls.name] is not cls:
+        raise ValueError(f"pass {cls.name!r} registered twice ({_PASSES[cls.name].__name__} and "
+                         f"{cls.__name__})")
+    _PASSES[cls.name] = cls
+
+
+def add_pass(cls: type[Pass]) -> type[Pass]:
+    """Register one pass class at run time (tests, passes outside ptxc; a decorator too): it is
+    checked as :func:`register_pass` does, and a name taken already is a ValueError."""
+    register_pass(cls)
+    _load()
+    _add(cls)
+    return cls
 
 
 def registered_passes() -> dict[str, type[Pass]]:
     """Every registered pass class by name, sorted by name."""
-    _load_builtin_passes()
+    _load()
     return dict(sorted(_PASSES.items()))
 
 
 def get_pass(name: str, **options) -> Pass:
     """An instance of the pass ``name`` with ``options`` (snake_case or kebab-case names; values
     of the option's type, or strings as in pipeline text)."""
-    _load_builtin_passes()
+    _load()
     cls = _PASSES.get(name)
     if cls is None:
         close = difflib.get_close_matches(name, list(_PASSES), n=3)

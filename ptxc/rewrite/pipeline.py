@@ -10,6 +10,7 @@ options.
 from __future__ import annotations
 
 import re
+from typing import Callable, Mapping
 
 from ..errors import CompileError
 from .pass_ import Pass, get_pass
@@ -72,22 +73,31 @@ class _Scanner:
         return self.text[start:self.pos]
 
 
-#: named pipelines: a name that stands for a pipeline text (``graph-opt``)
+#: named pipelines: a name that stands for a pipeline text (``graph-opt``), read from the
+#: installed table (ptxc.rewrite.passes.all_pipelines) on first use
 _PIPELINES: dict[str, str] = {}
+_table: Callable[[], Mapping[str, str]] | None = None
 
 
-def register_pipeline(name: str, text: str) -> None:
-    """Make ``name`` stand for ``text`` in pipeline texts (checked when first used)."""
-    if not _NAME.fullmatch(name):
-        raise ValueError(f"pipeline name {name!r} must be kebab-case")
-    if name in _PIPELINES:
-        raise ValueError(f"pipeline {name!r} registered twice")
-    _PIPELINES[name] = text
+def install_pipeline_table(table: Callable[[], Mapping[str, str]]) -> None:
+    """Give the named pipelines their table (a function returning ``{name: pipeline text}``,
+    each text checked when first used); it is called on the first :func:`parse_pipeline`."""
+    global _table
+    if _table is not None and _table is not table:
+        raise ValueError(f"a pipeline table is installed already ({_table.__module__}."
+                         f"{_table.__qualname__})")
+    _table = table
 
 
 def registered_pipelines() -> dict[str, str]:
-    from .pass_ import registered_passes
-    registered_passes()  # loads the built-in passes, which register the built-in pipelines
+    if not _PIPELINES:
+        if _table is None:
+            raise CompileError("no pipeline table is installed: ptxc/__init__.py installs "
+                               "ptxc.rewrite.passes.all_pipelines")
+        for name, text in _table().items():
+            if not _NAME.fullmatch(name):
+                raise ValueError(f"pipeline name {name!r} must be kebab-case")
+            _PIPELINES[name] = text
     return dict(_PIPELINES)
 
 

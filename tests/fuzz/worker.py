@@ -50,7 +50,7 @@ def run_case(target: str, payload: bytes, state: dict) -> None:
             feeds = _inputs_for(engine, rng)
             engine.run(feeds)
     elif target == "plan":
-        from ptxc.plan.load import engine_from_plan
+        from ptxc.driver.load import engine_from_plan
         engine = engine_from_plan(payload)
         stage("run")  # loaded: a crash from here on is in the plan's code, not the loader
         if _small(engine):

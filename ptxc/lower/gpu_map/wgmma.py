@@ -67,7 +67,7 @@ is checked against the nest on the CPU); their PTX is ptxc/lower/llvm_wgmma.py's
 ``off``) and the target (common.target_of: map-to-gpu's ``target``, else its ``arch``). Never
 on a target without the ``wgmma`` feature, i.e. other than sm_90 / sm_90a (wgmma is Hopper's;
 the PTX is then built for sm_90a, which runs on sm_90 devices only:
-:func:`ptxc.ptx.lower_to_ptx`). ``auto``, over the tiles of
+:func:`ptxc.codegen.lower_to_ptx`). ``auto``, over the tiles of
 :data:`TILES` (or map-to-gpu's ``wgmma-tiles``) in order, leaving out those whose BN is at
 least twice N (half their columns would be padding) and those K is too shallow for
 (:data:`MIN_K_TILES`, per kind: f16 BN 64 and 128 from 8 K tiles, s8 from 2; BN 256 from 32;

@@ -18,8 +18,8 @@ What counts as a no-op (each rule is exact: the result equals the operand bit fo
 Arithmetic identities with constants (``x + 0``, ``x * 1``) are deliberately left out: they are
 exact only up to the sign of zero.
 
-Every pattern here is also a canonicalization pattern (registered with
-:func:`~ptxc.rewrite.canonicalization.register_canonicalization`), so ``canonicalize`` applies
+Every pattern here is also a canonicalization pattern (listed in :data:`CANONICALIZATIONS`,
+which :func:`ptxc.rewrite.passes.all_canonicalizations` gathers), so ``canonicalize`` applies
 them too; the split narrowing only where one result is used, so that it never adds ops (one
 split becomes one slice). Replacing ``%y = noop(%x)`` by ``%x`` keeps ``%x``'s name; an output of the function
 that was such a ``%y`` is returned as ``%x`` under its own binding name (the function's
@@ -31,7 +31,6 @@ from __future__ import annotations
 import attrs
 
 from ...ir.core import Operation
-from ..canonicalization import register_canonicalization
 from ..driver import apply_patterns_greedily
 from ..pass_ import Pass, register_pass
 from ..pattern import RewritePattern
@@ -58,10 +57,8 @@ def _always(self, op):
 
 
 def _declare(cls_name: str, root: str, is_noop, doc: str) -> type[ForwardNoop]:
-    cls = type(cls_name, (ForwardNoop,), {"root": root, "is_noop": is_noop, "__doc__": doc,
-                                          "__module__": __name__})
-    register_canonicalization(cls)
-    return cls
+    return type(cls_name, (ForwardNoop,), {"root": root, "is_noop": is_noop, "__doc__": doc,
+                                           "__module__": __name__})
 
 
 def _perm_is_identity(self, op):
@@ -160,15 +157,16 @@ class SplitUnusedOutputs(RewritePattern):
         return True
 
 
-register_canonicalization(SplitUnusedOutputs(max_used=1))
-
-
 #: the patterns of ``eliminate-noops``, in the order they are tried
 NOOP_PATTERNS = (RemoveIdentity, RemoveDropout, RemoveNoopReshape, RemoveNoopFlatten,
                  RemoveNoopSqueeze, RemoveNoopUnsqueeze, RemoveNoopExpand, RemoveNoopCast,
                  RemoveIdentityTranspose, RemoveZeroPad, RemoveSingleConcat, RemoveSingleSum,
                  RemoveSingleMax, RemoveSingleMin, RemoveSingleMean, RemoveFullSlice,
                  RemoveSingleSplit, RemoveUnitTile, SplitUnusedOutputs())
+
+#: the canonicalization patterns of this module, in order: the no-ops, and the split narrowing
+#: only where one result is used (so that canonicalization never adds ops)
+CANONICALIZATIONS = NOOP_PATTERNS[:-1] + (SplitUnusedOutputs(max_used=1),)
 
 
 @register_pass

@@ -22,10 +22,6 @@ The order, and why:
 10. ``cse``, ``dce``      merge duplicates and drop what became dead
 """
 
-from ..pipeline import register_pipeline
-
 GRAPH_OPT = ("fold-constants,eliminate-noops,cancel-transposes,recognize-patterns,"
              "fold-batchnorm,fuse-epilogues,fold-qdq,merge-siblings,fuse-elementwise,"
              "eliminate-concat,cse,dce")
-
-register_pipeline("graph-opt", GRAPH_OPT)

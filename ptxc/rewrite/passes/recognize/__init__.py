@@ -2,9 +2,8 @@
 the single graph ops that have them (GELU, LayerNorm, softmax, HardSwish).
 
 One module per recognizer (gelu, layer_norm, softmax, hard_swish, attention); the matching helpers in
-``match``, the pattern base in ``common``. This package is imported with every pass module
-(``ptxc/rewrite/passes/__init__.py`` imports each module and package in the folder), which
-registers the pass.
+``match``, the pattern base in ``common``. The pass is in the pass table
+(:func:`ptxc.rewrite.passes.all_passes`).
 """
 
 from __future__ import annotations
