@@ -125,7 +125,7 @@ def test_mma_kernels_copy_only_weights_before_the_wait(precision):
     from a loop.global), and it computes the same as the unmapped nest (the interpreter runs
     the wait as a no-op)."""
     from ptxc.dialects.loop import run_main
-    from ptxc.lower.gpu_map.tiled import _root
+    from ptxc.lower.gpu_map.tiled_nest import _root
     from test_gpu_map_mma_flat_m import _check
     m, make, x = _mapped(precision)
     mma_launches = [lch for lch in launches(m) if lch.attributes["schedule"] in ("mma", "wgmma")]
