@@ -1,7 +1,7 @@
 """A pad along the innermost dim folded into the elementwise nest that produces its source, and
 the short innermost dim of an all-parallel nest computed whole by each point
-(lower-tensor-to-loop: tensor_to_loop/plan.py ``_try_pad_into``, nest.py ``PadFill`` and
-``whole_run``; lower-precision's ``hoist_casts_above_pads`` for fp16).
+(lower-tensor-to-loop: tensor_to_loop/plan.py ``_try_pad_into``, nest_spec.py ``PadFill``,
+nest.py ``whole_run``; lower-precision's ``hoist_casts_above_pads`` for fp16).
 
 The case that asked for it: a network input (NCHW f32) that a channels-last stem conv reads
 quantized (int8) or converted (fp16), its 3 channels padded to 4 (``channel-multiple=4``) and

@@ -4,7 +4,10 @@ dialect").
 * storage.py: roots (arguments, outputs, scratch buffers, weights) and places (layouts on them);
 * plan.py: the analysis: fusions into loop nests (inlined inits, epilogues), where each tensor
   is written (demands: outputs, concat slices, pad interiors, scattered splits);
+* nest_spec.py: what one loop nest computes (bodies, where their operands come from, where
+  the results go);
 * nest.py: loop nests of structured ops with accumulators carried in registers;
+* scope.py: insertion points inside a nest, with the scalars cached per level;
 * data.py: fills, pad borders, copies;
 * named.py: named ops as generics (f16 sums with an f32 accumulator);
 * function.py: the new loop-level function, op by op.

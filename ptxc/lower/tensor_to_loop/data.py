@@ -36,7 +36,8 @@ import numpy as np
 from ...dialects.loop import parallel_loop
 from ...ir.builder import Builder
 from ...ir.types import INDEX
-from .nest import RUN_BYTES, Scope, const
+from .nest import RUN_BYTES
+from .scope import Scope, const
 
 
 def run_length(place, dims) -> int:

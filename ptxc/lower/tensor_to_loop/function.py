@@ -46,9 +46,10 @@ from ...ir.spec import make_op
 from ...ir.types import BufferType, FunctionType, ScalarType, TensorType
 from . import data
 from .named import CONTRACTION, generalize_all
-from .nest import (Acc, Const, Load, NestEmitter, NestSpec, PadFill, Scope, Stage, Target,
-                   const)
+from .nest import NestEmitter
+from .nest_spec import Acc, Const, Load, NestSpec, PadFill, Stage, Target
 from .plan import Plan, covers
+from .scope import Scope, const
 from .storage import ALLOC, ARG, GLOBAL, OUTPUT, Place, Root
 
 _VIEWS = ("tensor.extract_slice", "tensor.reshape")
@@ -372,7 +373,7 @@ class Lowerer:
 
     def lower_generic(self, g: Operation, pad: Operation | None = None) -> None:
         """The nest of ``g``; with ``pad`` (plan.pad_into) it also writes ``pad``'s border along
-        one dim (plan.short_pad_dim; nest.PadFill)."""
+        one dim (plan.short_pad_dim; nest_spec.PadFill)."""
         plan = self.plan
         ins, outs = generic_parts(g)
         maps = g.attr("indexing_maps")

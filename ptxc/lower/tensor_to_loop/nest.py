@@ -1,13 +1,11 @@
 """Loop nests for structured ops: one ``loop.parallel`` over the parallel dims, ``loop.for`` over
 the reduction dims inside it carrying the accumulators, scalar bodies cloned innermost.
 
-A :class:`NestSpec` describes what one nest computes, already bufferized: the iteration space
-of the main op (a ``tensor.generic``; named ops arrive generalized), the main body and where
-each of its arguments comes from (a load through an affine map over the nest's dims, a
-constant, the carried accumulator), the start value of each accumulator (a load of the init,
-the fill constant, or an inlined producer's body), an optional fused epilogue body, and where
-each final value is stored (one or more places, each with its map and, for a scattered result,
-the range of one nest dim it covers). Emission, per covered range::
+:class:`NestEmitter` emits what a :class:`~.nest_spec.NestSpec` describes (nest_spec.py: the
+main body, where its arguments and the accumulators' start values come from, the epilogue,
+where each final value is stored), and makes the choices that are not the description's: the
+loops' order, the unroll-and-jam, the short innermost dims computed whole, which points of a
+pad border compute nothing. Emission, per covered range::
 
     loop.parallel (parallel dims of extent > 1; extent-1 dims are the constant 0)
       acc_k = start value                              (read once)
@@ -104,159 +102,18 @@ from __future__ import annotations
 
 import itertools
 
-import attrs
 import numpy as np
 
-from ...dialects.graph.scalar_forms import constant_attr
 from ...dialects.loop import for_loop, parallel_loop
 from ...dialects.loop_contraction import ATTR
 from ...dialects.tensor.maps import row_terms
 from ...errors import CompileError
 from ...ir.builder import Builder
-from ...ir.core import Block, Operation, Value
-from ...ir.spec import make_op
-from ...ir.types import INDEX, ScalarType
+from ...ir.core import Value
+from ...ir.types import INDEX
 from .named import annotation
-
-
-class Scope:
-    """An insertion point inside a nest, with the values cached at its level (visible in the
-    levels nested in it)."""
-
-    def __init__(self, b: Builder, parent: "Scope | None" = None):
-        self.b = b
-        self.parent = parent
-        self.cache: dict = {}
-
-    def get(self, key):
-        s = self
-        while s is not None:
-            if key in s.cache:
-                return s.cache[key]
-            s = s.parent
-        return None
-
-
-def const(scope: Scope, value, t: ScalarType) -> Value:
-    """An ``arith.constant``, made once per nest at the start of its outermost body."""
-    root = scope
-    while root.parent is not None:
-        root = root.parent
-    key = ("const", t, repr(value))
-    v = root.cache.get(key)
-    if v is None:
-        op = make_op("arith.constant", [], {"value": constant_attr(value, t), "type": t})
-        block = root.b.block
-        block.insert_before(block.first_op, op)
-        v = root.cache[key] = op.results[0]
-    return v
-
-
-def cast(scope: Scope, v: Value, t: ScalarType) -> Value:
-    return v if v.type == t else scope.b.create("arith.cast", [v], {"to": t}).result
-
-
-def dims_key(rows, dims: dict) -> tuple:
-    """What an expression over ``rows`` depends on: the values of the dims it reads (so a
-    cached value is reused only where those dims have the same values)."""
-    used = sorted({i for row in rows for i, _ in row_terms(row)})
-    return tuple(dims[i] if isinstance(dims[i], int) else id(dims[i]) for i in used)
-
-
-def affine(scope: Scope, row, dims: dict) -> Value:
-    """The index ``sum c_i * d_i + k`` of ``row`` with the nest dims' values ``dims`` (an
-    ``index`` Value, or an int for a dim fixed to one value)."""
-    key = ("row", tuple(row), dims_key([row], dims))
-    v = scope.get(key)
-    if v is not None:
-        return v
-    k = int(row[-1])
-    acc = None
-    b = scope.b
-    for i, c in row_terms(row):
-        d = dims[i]
-        if isinstance(d, int):
-            k += c * d
-            continue
-        t = d if c == 1 else b.create("arith.mul", [d, const(scope, c, INDEX)]).result
-        acc = t if acc is None else b.create("arith.add", [acc, t]).result
-    if acc is None:
-        v = const(scope, k, INDEX)
-    elif k:
-        v = b.create("arith.add", [acc, const(scope, k, INDEX)]).result
-    else:
-        v = acc
-    scope.cache[key] = v
-    return v
-
-
-# ---- what a nest computes ---------------------------------------------------------------------
-
-@attrs.define
-class Load:
-    """A scalar read through ``map`` (rows over the nest dims) from a place."""
-    place: object
-    map: tuple
-
-
-@attrs.define
-class Const:
-    value: object
-    type: ScalarType
-
-
-@attrs.define
-class Acc:
-    """The k-th accumulator (main body) or the k-th result of the main op (epilogue)."""
-    k: int
-
-
-@attrs.define
-class Stage:
-    """A scalar body to evaluate: ``block`` (a generic's body), its op's loop dims as affine
-    rows over the nest dims (for ``tensor.index``), one source per block argument (Load, Const,
-    Acc, or None for an argument the body never reads)."""
-    block: Block
-    rows: tuple
-    args: list
-
-
-@attrs.define
-class Target:
-    """Where a final value goes: ``place``, through ``map``; ``restrict`` = ``(dim, lo, hi)``
-    when this target covers only that range of one nest dim (a scattered slice)."""
-    place: object
-    map: tuple
-    restrict: tuple | None = None
-
-
-@attrs.define
-class PadFill:
-    """The nest also writes a pad's border along one dim (see "Pads along the innermost dim"
-    in the module docstring): nest dim ``dim``, whose points ``[0, size)`` are the op's, ranges
-    over ``[-low, size + high)``; a point outside ``[0, size)`` stores ``value`` (a Python number,
-    or a callable ``(scope) -> Value``) of element type ``type``."""
-    dim: int
-    size: int
-    low: int
-    high: int
-    value: object
-    type: ScalarType
-
-
-@attrs.define
-class NestSpec:
-    op: Operation                 # for the loc
-    bounds: tuple
-    iters: tuple
-    main: Stage
-    acc_types: list               # one per accumulator (the main op's outs)
-    out_types: list               # the main op's result element types
-    inits: list                   # per accumulator: Load | Const | Stage | None (not read)
-    targets: list                 # per final value: list[Target]
-    epilogue: Stage | None = None
-    pad: PadFill | None = None    # a pad border written by this (all-parallel) nest
-    contraction: tuple | None = None   # (source, kind): the op is a matmul's or conv's generic
+from .nest_spec import Acc, Const, Load, NestSpec, Stage
+from .scope import Scope, affine, cast, const, dims_key
 
 
 def parallel_order(bounds, iters, ranges, store_map) -> list[int]:
