@@ -260,7 +260,7 @@ class NestEmitter:
             for v in (op.operands[1:] if op.name == "tensor.extract" else op.operands):
                 if v not in mapping:
                     if any(v is a for a in stage.block.args):
-                        raise CompileError(f"internal: a body reads an argument it was not given")
+                        raise CompileError("internal: a body reads an argument it was not given")
                     mapping[v] = self.lw.scalar(v, scope)
             if op.name == "tensor.extract":
                 t, *idx = op.operands
