@@ -160,6 +160,25 @@ def test_bert_block_under_fp16():
     np.testing.assert_allclose(got, want, rtol=0, atol=0.02 * np.abs(want).max())
 
 
+def test_f16_attention_taken_apart_in_graph_ops():
+    """An f16 attention under fp16 is taken apart into graph ops only (its casts to the f32
+    compute type are graph.cast, not tensor ops lowered ahead of the lowering), and computes
+    the op's reference: the f32 softmax, the probabilities rounded to f16 once."""
+    rng = np.random.default_rng(3)
+    q, kt, v = (rng.standard_normal(s).astype(np.float16) for s in
+                ((1, 2, 6, 8), (1, 2, 8, 6), (1, 2, 6, 8)))
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    feeds = {"q": q, "kt": kt, "v": v}
+    model = graph_model(nodes, feeds, ["y"], opset=17)
+    assert '"graph.attention"' in _graph(model)
+    text = ptxc.explore(model, stage="graph", precision="fp16")
+    assert '"graph.attention"' not in text and '"tensor.' not in text
+    got = ptxc.compile(model, target="cpu", precision="fp16").run(feeds)["y"]
+    np.testing.assert_array_equal(got, attention(q, kt, v, None, 1.0, 0))
+
+
 def test_attention_matmuls_get_tensor_cores_under_fp16_on_cuda():
     """The fused attention's QK and PV products are mapped to the mma schedule under fp16 on
     cuda (kept whole in f32 they went to the f32 tiled schedule)."""

@@ -25,7 +25,7 @@ from ptxc.driver.cpu import CpuProgram
 from ptxc.errors import CompileError, VerifyError
 from ptxc.ir import DenseElements
 from ptxc.ir.types import F32, ScalarType
-from ptxc.lower.llvm_bounds import MAGIC, magic_exact, round_to_magic_exact
+from ptxc.dialects.arith_magic import MAGIC, magic_exact, round_to_magic_exact
 from ptxc.rewrite.pass_manager import PassManager
 from ptxc.rewrite.passes.graph_opt import GRAPH_OPT
 from support.loop_ir import load, module, op, store

@@ -13,13 +13,16 @@ Each proof lets one op take a cheaper form that gives the same bits:
 * :func:`_int_bits` and :func:`_int_bound`: an int small enough to convert to f32 as
   ``float_bits(MAGIC_BITS + v) - MAGIC``;
 * :func:`_finite_bound`: a float that is never NaN, whose cast needs no NaN select;
-* :func:`magic_exact`: a multiplier ``m`` with which ``fma(MAGIC + i, m, -MAGIC * m)`` is
-  ``RN(i * m)``; :func:`round_to_magic_exact` makes one (fold-qdq's ``fma-multipliers``);
+* :func:`_magic_exact_operand`: a multiplier ``m`` with which ``fma(MAGIC + i, m, -MAGIC * m)``
+  is ``RN(i * m)`` (:func:`~ptxc.dialects.arith_magic.magic_exact`; fold-qdq's
+  ``fma-multipliers`` rounds its multipliers so with
+  :func:`~ptxc.dialects.arith_magic.round_to_magic_exact`);
 * :func:`_tie_free_bound`: a ``max``/``min`` constant where ``llvm.maximum``/``minimum`` is
   numpy's result.
 
-They read ptxc's IR only, not LLVM's, so they live apart from the emitter; fold-qdq rounds its
-multipliers with :func:`round_to_magic_exact` without emitting anything.
+They read ptxc's IR only, not LLVM's, so they live apart from the emitter. MAGIC itself and
+the multipliers exact with it are facts of f32 arithmetic that a graph pass uses too: they are
+:mod:`ptxc.dialects.arith_magic`'s.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import math
 
 import numpy as np
 
+from ..dialects.arith_magic import FINITE, MAGIC, MAGIC_BITS, magic_exact
 from ..ir.core import Operation
 from ..ir.types import I1, ScalarType
 
@@ -48,10 +52,6 @@ def _constant_number(v) -> float | None:
     return None
 
 
-#: 1.5 * 2**23: for an f32 |x| <= 2**22, ``x + MAGIC`` is x rounded to an integer (ties to
-#: even) plus MAGIC, exactly, and its bits are ``MAGIC_BITS`` plus that integer
-MAGIC = 12582912.0
-MAGIC_BITS = 0x4B400000
 #: the magnitude below which the MAGIC forms are exact
 SMALL = 2.0 ** 22
 #: MAGIC + 128, for a cast to 8 or 16 bits without its NaN select: even, so ``x + OFFSET_MAGIC``
@@ -210,8 +210,6 @@ def _integral(v, depth: int = 8) -> bool:
     return False
 
 
-#: a bound below which an f32 (or f64) result cannot have rounded to inf (FLT_MAX is 3.4e38)
-_FINITE = 3e38
 #: a bound's worst growth through one rounding (an f32 rounds by at most 2**-24 relative)
 _ROUNDING = 1 + 2.0 ** -23
 
@@ -230,7 +228,7 @@ def _global_bound(op: Operation, cache: dict) -> float | None:
         a = op.attributes["value"].array
         with np.errstate(all="ignore"):
             m = float(np.max(np.abs(a.astype(np.float64)))) if a.size else math.inf
-        cache[op] = m if m < _FINITE else None
+        cache[op] = m if m < FINITE else None
     return cache[op]
 
 
@@ -253,8 +251,9 @@ _BOUND_RULES = {
 def _finite_bound(v, depth: int = 16, cache: dict | None = None) -> float | None:
     """An upper bound on ``|v|`` for every value the f32/f64 ``v`` takes, or None when ``v``
     might be NaN or infinite. Finite values stay finite through +, -, *, fma, max/min, select
-    and rounding as long as nothing overflows, so a bound below :data:`_FINITE` (each rounding
-    allowed to grow it by :data:`_ROUNDING`) proves ``v`` is never NaN. The bounds come from
+    and rounding as long as nothing overflows, so a bound below
+    :data:`~ptxc.dialects.arith_magic.FINITE` (each rounding allowed to grow it by
+    :data:`_ROUNDING`) proves ``v`` is never NaN. The bounds come from
     constants, ints converted to floats and loads of ``loop.global`` weights; a function
     argument, a buffer written at run time or any other op gives None. A clamp does not make a
     value finite: ``max``/``min`` propagate NaN, so both operands must be bounded. ``cache``
@@ -291,43 +290,9 @@ def _finite_bound(v, depth: int = 16, cache: dict | None = None) -> float | None
             op.operands[1:] if name == "arith.select" else op.operands)]
         if all(a is not None for a in args):
             bound = max(args) if name == "arith.select" else _BOUND_RULES[name](*args)
-    bound = bound if bound is not None and bound < _FINITE else None
+    bound = bound if bound is not None and bound < FINITE else None
     cache[v] = (depth, bound)
     return bound
-
-
-def magic_exact(m) -> bool:
-    """Every value of the f32 array (or number) ``m`` is positive and finite, and ``MAGIC * m``
-    is an f32 exactly (``m``'s 24-bit significand, times 3, fits 24 bits: its two lowest bits
-    are zero, or one where ``3 * significand < 2**25``), and stays a normal number: then
-    ``fma(MAGIC + i, m, -MAGIC * m)`` is ``RN(i * m)`` for every integer ``|i| <= 2**22``
-    (:meth:`ScalarEmitter._scaled_small_int`)."""
-    a = np.asarray(m, np.float32).astype(np.float64).reshape(-1)
-    if not a.size or not np.all(np.isfinite(a)) or not np.all(a > 0):
-        return False
-    p = a * MAGIC                     # exact in f64 (24 + 2 bits)
-    q = p.astype(np.float32).astype(np.float64)
-    return bool(np.all(q == p) and np.all(p >= np.finfo(np.float32).tiny)
-                and np.all(p < _FINITE))
-
-
-def round_to_magic_exact(m: np.ndarray) -> np.ndarray:
-    """``m`` (f32) with each positive, normal value's significand rounded to a multiple of 4
-    (to nearest, ties to even; at most 2 ulps, a relative 2.4e-7), so that it is
-    :func:`magic_exact`; other values (zero, negative, subnormal, inf, NaN) unchanged. An int8
-    layer's requantization multiplier rounded so is the fma form's (fold-qdq's
-    ``fma-multipliers``: the scales are ptxc's own choice there). Values too large for
-    ``MAGIC * m`` to be finite stay as they are. Example: 0.7880036 (0x3F49BA9B, significand
-    odd) -> 0.7880037 (0x3F49BA9C)."""
-    a = np.array(m, np.float32, copy=True)
-    flat = a.reshape(-1)
-    ok = np.isfinite(flat) & (flat >= np.finfo(np.float32).tiny) & (flat < _FINITE / MAGIC)
-    bits = flat.view(np.uint32)
-    low = bits & 3
-    up = (low == 3) | ((low == 2) & ((bits & 4) != 0))         # nearest multiple of 4, ties even
-    rounded = (bits & ~np.uint32(3)) + np.where(up, np.uint32(4), np.uint32(0))
-    bits[ok] = rounded[ok]
-    return a
 
 
 def _magic_exact_operand(v, cache: dict) -> bool:

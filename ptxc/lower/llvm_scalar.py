@@ -86,15 +86,15 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from ..dialects.arith_magic import MAGIC, MAGIC_BITS
 from ..errors import CompileError
 from ..ir.core import Operation
 from ..ir.types import I1, INDEX, ScalarType
 from ..ptx.libdevice import MATH_STEMS as _LIBDEVICE
 from ..ptx.libdevice import TRIG as _TRIG
-from .llvm_bounds import (MAGIC, MAGIC_BITS, OFFSET_MAGIC, OFFSET_MAGIC_BITS, SMALL,
-                          _clamped_to_i32, _finite_bound, _int_bits, _integral,
-                          _magic_exact_operand, _range, _rounded_plus_constant, _small,
-                          _small_int, _tie_free_bound)
+from .llvm_bounds import (OFFSET_MAGIC, OFFSET_MAGIC_BITS, SMALL, _clamped_to_i32, _finite_bound,
+                          _int_bits, _integral, _magic_exact_operand, _range,
+                          _rounded_plus_constant, _small, _small_int, _tie_free_bound)
 from .llvm_types import _FLOATS, _FSUFFIX, I16, I32, I64, constant, llvm_type, supported
 
 
@@ -411,8 +411,9 @@ class ScalarEmitter:
 
     def _scaled_small_int(self, op, args) -> ir.Value | None:
         """``arith.mul`` of a small int's f32 (:meth:`_small_int_to_f32`: ``F - MAGIC`` with
-        ``F = float_bits(MAGIC_BITS + i)``) by a :func:`magic_exact` multiplier ``m`` as
-        ``fma(F, m, -MAGIC * m)``, one instruction for the subtraction and the multiply. Exact:
+        ``F = float_bits(MAGIC_BITS + i)``) by a multiplier ``m`` that is
+        :func:`~ptxc.dialects.arith_magic.magic_exact` as ``fma(F, m, -MAGIC * m)``, one
+        instruction for the subtraction and the multiply. Exact:
         the fma rounds ``F m - MAGIC m = i m`` once, as the multiply of the exact ``float(i)``
         does; ``m > 0`` keeps the sign of a zero product (+0). An int8 layer's requantization
         (``float(acc + bias) * m[c]``) and its residual (``float(r) * ratio``) take it::

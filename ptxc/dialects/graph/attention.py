@@ -18,16 +18,21 @@ Attention reference's rule; softmax alone gives NaN there).
            : (tensor<1x12x128x64xf32>, tensor<1x12x64x128xf32>, tensor<1x12x128x64xf32>,
               tensor<1x1x1x128xf32>) -> tensor<1x12x128x64xf32>
 
-The lowering expands it back into the composition (cast, matmul, mul, add, softmax, where,
-matmul) in lower-graph-to-tensor, so every target runs it before a fused kernel exists.
+:func:`composition` builds the op's composition of graph ops (cast, matmul, mul, add, softmax,
+where, matmul). lower-graph-to-tensor lowers the op through it (each step by its own lowering),
+so every target runs it before a fused kernel exists; lower-precision takes the op apart into it
+so that each step gets its own precision rule.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ...ir.attributes import DenseElements
+from ...ir.builder import Builder
+from ...ir.core import Value
 from ...ir.spec import Attr, Operand, OpSpec, fail
-from ...ir.types import F64
+from ...ir.types import F32, F64
 from .common import broadcast_shapes, ttype
 
 
@@ -49,6 +54,51 @@ def attention(q, kt, v, mask, scale: float, masked_rows_zero: int):
             p = np.where(dead, ct(0), p)
         p = p.astype(v.dtype).astype(ct)
         return np.matmul(p, v.astype(ct)).astype(v.dtype)
+
+
+def composition(op, b: Builder) -> Value:
+    """Build ``graph.attention`` ``op``'s composition of graph ops at ``b`` and return the value
+    that computes its result (``op`` itself is left as it is), the steps of :func:`attention`::
+
+        s = matmul(f32(Q), f32(Kt)) * scale [+ f32(mask)]
+        p = softmax(s, last axis)                     f32 for f16/f32 inputs
+        p = where(max(mask) == -inf, 0, p)            masked_rows_zero only
+        Y = cast(matmul(f32(cast(p, V.el)), f32(V)), V.el)
+
+    A cast to the type a value has already is left out, so f32 operands take none. Example::
+
+        %y = "graph.attention"(%q, %kt, %v) {scale = 0.125}       (f32 operands)
+      builds
+        %s = "graph.matmul"(%q, %kt)   %c = "graph.constant"() {value = dense<0.125>}
+        %m = "graph.mul"(%s, %c)       %p = "graph.softmax"(%m) {axis = 3}
+        %y = "graph.matmul"(%p, %v)
+    """
+    def step(name, operands, attributes=None):
+        return b.create(name, list(operands), attributes).result
+
+    def const(x, ct):
+        return step("graph.constant", [], {"value": DenseElements(np.array(x, ct.np_dtype))})
+
+    def as_(v, el):
+        return v if v.type.element == el else step("graph.cast", [v], {"to": el})
+
+    q, kt, v = op.operands[:3]
+    mask = op.operands[3] if len(op.operands) > 3 else None
+    ct = F64 if compute_type(*(x.type for x in op.operands[:3])) == np.float64 else F32
+    s = step("graph.matmul", [as_(q, ct), as_(kt, ct)])
+    if op.attr("scale") != 1.0:
+        s = step("graph.mul", [s, const(op.attr("scale"), ct)])
+    if mask is not None:
+        s = step("graph.add", [s, as_(mask, ct)])
+    p = step("graph.softmax", [s], {"axis": s.type.rank - 1})
+    if op.attr("masked_rows_zero") and mask is not None:
+        m = as_(mask, ct)
+        mx = step("graph.reduce_max", [m], {"axes": [m.type.rank - 1], "keepdims": 1})
+        dead = step("graph.equal", [mx, const(-np.inf, ct)])
+        p = step("graph.where", [dead, const(0, ct), p])
+    vel = v.type.element
+    y = step("graph.matmul", [as_(as_(p, vel), ct), as_(v, ct)])
+    return as_(y, vel)
 
 
 class Attention(OpSpec):

@@ -41,6 +41,7 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
+from ...dialects.arith_magic import round_to_magic_exact
 from ...ir.attributes import DenseElements
 from ...ir.builder import Builder
 from ...ir.core import Block, Operation, Region
@@ -175,7 +176,7 @@ class FoldQDQ(RewritePattern):
         else:
             ys, mult = None, acc_scale.astype(np.float32)
         if self.fma_multipliers:
-            mult = _fma_multiplier(mult)
+            mult = round_to_magic_exact(mult)   # the one-fma grid: at most 2 ulps
         b = Builder.before_op(op)
 
         def const(arr, el=None):
@@ -282,13 +283,6 @@ class FoldQDQ(RewritePattern):
 _LINEAR = frozenset({"arith.add", "arith.sub", "arith.max", "arith.min", "arith.neg"})
 
 
-def _fma_multiplier(m: np.ndarray) -> np.ndarray:
-    """``m`` rounded to the grid where an int8 epilogue scales an integer with one fma
-    (llvm_bounds.round_to_magic_exact: at most 2 ulps)."""
-    from ...lower.llvm_bounds import round_to_magic_exact
-    return round_to_magic_exact(m)
-
-
 def _in_output_units(old: Block, ys: float, extras: list, b: Builder,
                      fma_multipliers: bool = False):
     """``old(v * ys, e...) / ys`` as ``old'(v, e' ...)``: the division by the output scale
@@ -325,7 +319,7 @@ def _in_output_units(old: Block, ys: float, extras: list, b: Builder,
             return None
         ratio = (rs.astype(np.float32) / np.float32(ys)).astype(np.float32)
         if fma_multipliers:
-            ratio = _fma_multiplier(ratio)
+            ratio = round_to_magic_exact(ratio)
         if not np.all(np.isfinite(ratio)):
             return None
         sv = b.create("graph.constant", [], {"value": DenseElements(ratio)}).result

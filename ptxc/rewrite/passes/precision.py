@@ -45,6 +45,7 @@ import attrs
 import numpy as np
 
 from ...dialects.func import func_body, get_func
+from ...dialects.graph.attention import composition
 from ...dialects.graph.fused import FUSED_OF, PRECISION_ATTR, WIDE_ACCUMULATOR
 from ...errors import CompileError, PrecisionError
 from ...ir.attributes import DenseElements
@@ -379,6 +380,30 @@ def hoist_casts_above_pads(func: Operation) -> int:
     return moved
 
 
+def expand_attention(op: Operation) -> None:
+    """Replace ``graph.attention`` ``op`` by its composition of graph ops
+    (:func:`~ptxc.dialects.graph.attention.composition`), each carrying the op's loc and fused
+    node names, so that each step gets its own rule: the two matmuls take f16 (or tf32) factors
+    with f32 accumulators and the softmax stays f32, which the fused op, computed in f32 as a
+    whole, would forgo. Example::
+
+        %y = "graph.attention"(%q, %kt, %v) {scale = 0.125} loc("pv")
+      becomes
+        %s = "graph.matmul"(%q, %kt) loc("pv")   %m = "graph.mul"(%s, %c) loc("pv")
+        %p = "graph.softmax"(%m) {axis = 3} loc("pv")   %y = "graph.matmul"(%p, %v) loc("pv")
+    """
+    before = {id(o) for o in op.block.ops}
+    y = composition(op, Builder.before_op(op))
+    nodes = tuple(op.attributes.get(FUSED_ATTR, ()))
+    for new in op.block.ops:
+        if id(new) not in before:
+            new.loc = op.loc
+            if nodes:
+                new.attributes[FUSED_ATTR] = nodes
+    op.results[0].replace_all_uses_with(y)
+    op.erase()
+
+
 class _Operands:
     def __init__(self, name, operands, attributes):
         self.name, self.operands, self.attributes = name, operands, attributes
@@ -444,11 +469,10 @@ class LowerPrecision(Pass):
                                "ptxc.compile's quantize_int8 path")
         # a fused attention is computed in f32 as a whole; its steps have rules of their own
         # here (f16/tf32 factors with f32 accumulators, an f32 softmax): take it apart first
-        from ...lower.graph_to_tensor.attention import expand_in_graph
         attentions = [op for op in module.walk() if op.name == "graph.attention"] \
             if self.precision != "fp32" else []
         for op in attentions:
-            expand_in_graph(op)
+            expand_attention(op)
         changed = _Rewrite(get_func(module), self.precision,
                            {n: "fp32" for n in self.overrides}).run() or bool(attentions)
         if changed and self.precision in LOW_TYPE:
