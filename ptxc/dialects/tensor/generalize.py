@@ -157,7 +157,7 @@ def _conv_last(op):
     my = (unit_row(n, 0), *[unit_row(n, 1 + i) for i in range(s)], m_row)
     iters = ["parallel"] * (k) + ["reduction"] * (1 + s)
     return build_generic([x, w], [y], bounds, [mx, mw, my], iters,
-                         _combine_body("sum", True), loc=op.loc)
+                         _combine_body("sum", True, bool(op.attr("tf32"))), loc=op.loc)
 
 
 def _pool(op):

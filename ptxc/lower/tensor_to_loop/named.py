@@ -101,8 +101,8 @@ def generalize_all(func: Operation, wide_too: bool = True) -> dict[int, tuple[Bl
 def _contraction(op: Operation, g: Operation, wide) -> tuple:
     """The mark of ``g``, the generic of the matmul or conv ``op``: (source, kind of its
     products; loop_contraction.kind_of). tf32 where ``g``'s body rounds its factors (the
-    generic is what the nest computes: a channels-last conv's generic does not round, see
-    tensor/generalize.py ``_conv_last``)."""
+    generic is what the nest computes: every generalization of a ``tf32`` matmul or conv
+    rounds them, tensor/generalize.py)."""
     rounds = any(o.name == "arith.round_tf32" for o in generic_body(g).ops)
     acc = wide or op.results[0].type.element
     return (op.name.split(".")[1], kind_of(op.operands[0].type.element, acc, rounds))
