@@ -372,16 +372,13 @@ class _Builder:
         k_fast = x.coef(("r", len(c.red) - 1)) == 1 or not _mn_dims(c, x)
         zero = b.create("arith.constant", [], {"value": _zero(self.el), "type": self.el}).result
         fast = self.bk if k_fast else rows     # elements along the fast direction
-        # where the threads cover whole lines of the fast direction, a thread's position along
-        # it is the same in every pass: one k (or one row) and its index arithmetic per thread,
-        # not one per element (NCHW convolutions split k into (c, r, s) by division; per
-        # element, those held AlexNet's conv1 at 255 registers, spilling)
-        whole = cfg.threads % fast == 0
-        if whole:
-            along, across = _rem(b, self.tid, fast), div(b, self.tid, fast)
+        # threads covering whole lines of it keep their place along it in every pass: one k (or
+        # row) and its index arithmetic per thread, not per element (AlexNet's NCHW conv1 spilled)
+        step = cfg.threads // fast if cfg.threads % fast == 0 else 0
+        along, across = (_rem(b, self.tid, fast), div(b, self.tid, fast)) if step else (0, 0)
         for it in range(-(-total // cfg.threads)):
-            if whole:
-                lo, hi = along, add(b, across, it * (cfg.threads // fast))
+            if step:
+                lo, hi = along, add(b, across, it * step)
             else:
                 e = add(b, self.tid, it * cfg.threads)
                 lo, hi = _rem(b, e, fast), div(b, e, fast)
