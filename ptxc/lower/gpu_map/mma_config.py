@@ -83,6 +83,14 @@ FEATURE = {"f16": "mma_f16", "tf32": "mma_tf32", "s8": "mma_s8"}
 #: keeps that loop rolled by itself (120 registers), so sm_90's PTX stays as it was. A rolled
 #: main loop is also what CUTLASS's mainloops are (their trip count is a runtime value).
 ROLLED_K_LOOP_BELOW_SM = 90
+#: elements a thread copies of one operand per K tile where that operand takes the scalar copy
+#: (a load, a select and a store each, the loads in flight in registers). AlexNet's 11 x 11
+#: stride-4 NCHW conv (K = 363: neither operand in aligned chunks) in 32 x 64 tiles 64 deep
+#: (32 and 64 elements a thread) took 255 registers and 44-136 bytes of spills on sm_90; in
+#: 64 x 64 tiles (16 each) none. Such operands also take K tiles one mma deep (:func:`choose`):
+#: with both, every light model's NCHW convs fit in 158-238 registers, int8 too (its 64-deep
+#: tiles spilled at any size). :func:`valid` holds configs to it.
+MAX_SCALAR_COPIES = 16
 
 
 @attrs.frozen
@@ -170,13 +178,25 @@ def shared_bytes(c: Contraction, cfg: Config, target: Target) -> int:
             + mma_prefetch.tile_bytes(c, cfg, target))
 
 
+def scalar_operands(c: Contraction) -> list[Operand]:
+    """The operands whose layout gives no cp.async (:func:`layout`): the scalar copy's."""
+    return [x for x in (c.a, c.b) if not layout(c, x).vector]
+
+
+def scalar_copies(c: Contraction, cfg: Config) -> int:
+    """The most elements a thread copies by the scalar copy of one operand per K tile."""
+    return max(((cfg.bm if x is c.a else cfg.bn) * cfg.bk // cfg.threads
+                for x in scalar_operands(c)), default=0)
+
+
 def valid(c: Contraction, cfg: Config, target: Target) -> bool:
     """Whether ``cfg`` builds a launchable kernel on ``target``: whole mma tiles per warp (16 x
     16: B's fragments come two n8 tiles per ldmatrix), at most the target's threads per block,
     at most its shared memory per block (opt-in: loop_to_llvm puts what is over the 48 KiB
     static limit in the dynamic shared memory; 227 KiB on sm_90, 163 on sm_80, 99 on sm_86 and
     sm_89), copies that split evenly over the threads, at most 128 f32 accumulators per thread
-    (a 64 x 64 warp tile; more spills), at least two warps."""
+    (a 64 x 64 warp tile; more spills), at least two warps, at most :data:`MAX_SCALAR_COPIES`
+    scalar-copied elements of an operand per thread and K tile."""
     v = KIND[c.kind][3]
     if cfg.bm % cfg.warps_m or cfg.bn % cfg.warps_n or cfg.wm % 16 or cfg.wn % 16:
         return False
@@ -185,7 +205,7 @@ def valid(c: Contraction, cfg: Config, target: Target) -> bool:
     if (cfg.threads > target.max_threads_per_block or cfg.stages < 2
             or shared_bytes(c, cfg, target) > target.shared_per_block):
         return False
-    if cfg.epilogue not in mma_epilogue.EPILOGUES:
+    if cfg.epilogue not in mma_epilogue.EPILOGUES or scalar_copies(c, cfg) > MAX_SCALAR_COPIES:
         return False
     return all((rows * cfg.bk // v) % cfg.threads == 0 and (rows * cfg.bk) % cfg.threads == 0
                for rows in (cfg.bm, cfg.bn))
@@ -243,8 +263,10 @@ def choose(c: Contraction, target: Target, tiles: tuple = TILES, stages: int = S
     bk = KIND[c.kind][2]
     if c.batches > MAX_GRID_YZ:
         return None
-    if c.K >= deep_k * bk:   # 64-deep K tiles: half the barriers (closer to cuBLAS at 4096^3:
-        bk *= 2              # bench/RESULTS.md)
+    if scalar_operands(c):   # one mma's k deep: half the scalar copies (MAX_SCALAR_COPIES)
+        bk = KIND[c.kind][1]
+    elif c.K >= deep_k * bk:   # 64-deep K tiles: half the barriers (closer to cuBLAS at
+        bk *= 2                # 4096^3: bench/RESULTS.md)
     fits = [cfg for cfg in (Config(bm, bn, wm, wn, bk, stages) for bm, bn, wm, wn in tiles)
             if valid(c, cfg, target)]
     if not fits:
@@ -326,12 +348,20 @@ def min_blocks(c: Contraction, cfg: Config, target: Target) -> int:
     :data:`BLOCK_RESERVED_SHARED`) and threads fit an SM of the target: ptxas
     otherwise gave ResNet-50 b32's 128x64 kernels with several K tiles 218-222 registers
     (2 CTAs per SM: its layer-1 conv1, 784 CTAs, ran in 3 waves; the stem in 12), and fits
-    them in 168 without spills. Not the 64 x 64 warp tiles: at 168 registers they spilled
+    them in 168 without spills. Not where an operand takes the scalar copy (its loads hold
+    registers: :data:`MAX_SCALAR_COPIES`; AlexNet's NCHW conv1 spilled 4-476 bytes at 168
+    registers, none at 216-230). Nor where A is copied in chunks under 16 bytes (twice the
+    cp.asyncs, each with its address) into tiles with edges (guarded rows or columns): ZFNet's
+    stem (M = 11881, N = 96 in 128 x 64 tiles, 8-byte copies) spilled 28 bytes at 168
+    registers and none in 196 without the hint; ResNet-50's stem, the same copies in whole
+    tiles, fits. Not the 64 x 64 warp tiles: at 168 registers they spilled
     (and 3 for every kernel, map-to-gpu's ``mma-min-blocks=3``, slowed the 128x128x128
     ones: bench/history/2026-12-03.md). An eight-warp CTA of such warp tiles
     (:func:`eight_warps`) takes 2: ptxas fits it in 128 registers."""
     acc = cfg.wm * cfg.wn // 32
-    if acc <= THREE_BLOCKS_MAX_ACC:
+    edges = c.M % cfg.bm or c.N % cfg.bn
+    if (acc <= THREE_BLOCKS_MAX_ACC and not scalar_operands(c)
+            and not (edges and layout(c, c.a).chunk < 16)):
         blocks = 3 if cfg.threads <= 128 else 2   # eight warps (eight_warps): 128 registers
         if (blocks * (shared_bytes(c, cfg, target) + BLOCK_RESERVED_SHARED)
                 <= target.shared_per_sm and blocks * cfg.threads <= target.max_threads_per_sm):

@@ -371,12 +371,18 @@ class _Builder:
         total = rows * self.bk
         k_fast = x.coef(("r", len(c.red) - 1)) == 1 or not _mn_dims(c, x)
         zero = b.create("arith.constant", [], {"value": _zero(self.el), "type": self.el}).result
+        fast = self.bk if k_fast else rows     # elements along the fast direction
+        # threads covering whole lines of it keep their place along it in every pass: one k (or
+        # row) and its index arithmetic per thread, not per element (AlexNet's NCHW conv1 spilled)
+        step = cfg.threads // fast if cfg.threads % fast == 0 else 0
+        along, across = (_rem(b, self.tid, fast), div(b, self.tid, fast)) if step else (0, 0)
         for it in range(-(-total // cfg.threads)):
-            e = add(b, self.tid, it * cfg.threads)
-            if k_fast:
-                row, kk = div(b, e, self.bk), _rem(b, e, self.bk)
+            if step:
+                lo, hi = along, add(b, across, it * step)
             else:
-                kk, row = div(b, e, rows), _rem(b, e, rows)
+                e = add(b, self.tid, it * cfg.threads)
+                lo, hi = _rem(b, e, fast), div(b, e, fast)
+            row, kk = (hi, lo) if k_fast else (lo, hi)
             mn, k = add(b, base, row), add(b, mul(b, kt, self.bk), kk)
             pred = _and(b, cmp(b, "lt", mn, mn_total), cmp(b, "lt", k, c.K))
             idx = _indices(b, x, self._operand_syms(b, x, _min(b, mn, mn_total - 1),
