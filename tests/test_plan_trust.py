@@ -331,3 +331,46 @@ def test_a_signed_plan_loads_only_whole(signed_plan, tmp_path):
     ptxc.load(p, key="sesame")
     p.write_bytes(signed_plan[:-40])
     load_refused(p, "signature", "not signed", key="sesame")
+
+
+def test_an_empty_key_is_refused(engine, tmp_path, monkeypatch):
+    """An HMAC under the empty key is one anybody can compute: neither signing nor loading
+    takes it (an empty PTXC_PLAN_KEY counts as no key)."""
+    e, _ = engine
+    p = tmp_path / "s.plan"
+    for key in ("", b""):
+        with pytest.raises(PlanError, match="non-empty"):
+            e.save(p, key=key)
+    e.save(p, key="sesame")
+    for key in ("", b""):
+        with pytest.raises(PlanError, match="non-empty"):
+            ptxc.load(p, key=key)
+    monkeypatch.setenv("PTXC_PLAN_KEY", "")
+    load_refused(p, "signature", "give its key")
+
+
+def test_an_output_binding_edited_alone_is_refused(good):
+    """The bindings are checked against the kernel table's argument slots, outputs as well as
+    inputs: an output's shape or dtype edited in the header alone would have the runtime hand
+    back an array the kernels never wrote."""
+    def out(h, **kv):
+        h["bindings"]["outputs"][0].update(kv)
+    refused(edited(good, lambda h: out(h, shape=[3, 4])), "header", "bindings outputs")
+    refused(edited(good, lambda h: out(h, dtype="float64")), "header", "bindings outputs")
+    refused(edited(good, lambda h: h["bindings"]["inputs"][0].update(shape=[1])), "header",
+            "bindings inputs")
+
+
+def test_ir_that_lacks_a_kernel_of_the_table_is_refused():
+    """The stored IR defines every kernel the table launches: one cut out (its calls would find
+    nothing, or an older function of that name) is refused."""
+    from test_plan import _with_text, cpu_engine
+    m, _, _ = PROGRAMS["softmax"]()
+    good = plan_to_bytes(cpu_engine(m))
+
+    def cut(text, name="kernel_1"):
+        lines = text.splitlines(keepends=True)
+        start = next(i for i, x in enumerate(lines) if x.startswith(f'define void @"{name}"('))
+        end = next(i for i in range(start, len(lines)) if lines[i].rstrip() == "}")
+        return "".join(lines[:start] + lines[end + 1:])
+    refused(_with_text(good, cut), "code", "lacks kernels", "kernel_1")
