@@ -58,6 +58,10 @@ def clamp_model(kind: str, lo: float, hi: float, to=np.int8, seed=0):
     elif kind == "min_max":
         nodes += [n("Min", ["c", "hi"], ["m"], name="min"), n("Max", ["m", "lo"], ["e"],
                                                              name="max")]
+    elif kind in ("mul_clip", "add_clip"):   # a constant factor or shift, then the clamp
+        inits["k"] = np.float32(0.375 if kind == "mul_clip" else -0.625)
+        nodes += [n("Mul" if kind == "mul_clip" else "Add", ["c", "k"], ["m"], name="affine"),
+                  n("Clip", ["m", "lo", "hi"], ["e"], name="clip")]
     else:
         raise ValueError(kind)
     nodes += [n("QuantizeLinear", ["e", "ys", "yz"], ["eq"], name="qy"),
@@ -73,7 +77,8 @@ def clamp_model(kind: str, lo: float, hi: float, to=np.int8, seed=0):
 
 
 #: (kind, lo, hi, output type): ReLU6 in int8 and uint8 (MobileNet's), bounds of both signs
-#: and both nonzero, Min/Max against nonzero constants in either order
+#: and both nonzero, Min/Max against nonzero constants in either order, and a constant factor
+#: or shift before the clamp (in output units a factor stays, a shift is divided)
 CASES = {
     "relu6": ("clip", 0.0, 6.0, np.int8),
     "relu6-uint8": ("clip", 0.0, 6.0, np.uint8),
@@ -81,6 +86,8 @@ CASES = {
     "clip-both-positive": ("clip", 0.25, 2.0, np.int8),
     "max-then-min": ("max_min", 0.3, 2.5, np.int8),
     "min-then-max": ("min_max", -1.0, 0.75, np.int8),
+    "mul-then-clip": ("mul_clip", 0.0, 1.5, np.int8),
+    "add-then-clip": ("add_clip", -0.5, 2.0, np.int8),
 }
 
 
@@ -117,6 +124,11 @@ def test_clamped_qdq_conv_folds_and_matches_onnxruntime_interpreted(case):
     PassManager("graph-opt", check_numerics=True).run(m)
     text = print_ir(m, elide_constants=True)
     assert text.count('"graph.qlinear_conv"') == 1 and '"graph.conv"' not in text, text
+    conv = next(op for op in m.walk() if op.name == "graph.qlinear_conv")
+    body = [op.name for op in conv.regions[0].blocks[0].ops]
+    assert "arith.min" in body or "arith.max" in body, f"the clamp is not in the epilogue: {body}"
+    if name.startswith(("mul", "add")):
+        assert "arith." + name[:3] in body, body
     for x, w in zip(xs, want):
         _check(interpret(m, {"x": x})["y"], w, ys, f"{name}, interpreter")
 
