@@ -67,6 +67,44 @@ def test_uncalibrated_input_stays_fp32():
     assert report[1] == ("conv2", "fp32", "input 'r1' has no calibrated range")
 
 
+def test_an_input_that_was_all_zeros_stays_fp32():
+    """A range of 0 would be a scale of 0: the layer keeps fp32 and the report says why."""
+    report = []
+    q = quantize_int8(small_cnn(), {"x": 0.0, "r1": 2.0}, report=report)
+    assert report[0] == ("conv1", "fp32", "input 'x' is all zeros on the calibration data")
+    assert report[1][:2] == ("conv2", "int8")
+    from ptxc.rewrite.passes.fold_constants import constant_value
+    for op in q.walk():
+        if op.name == "graph.quantize_linear":
+            assert np.all(constant_value(op.operands[1]) > 0)
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_gemm_weights_are_scaled_per_output_column(trans_b):
+    """Gemm's output channels are B's columns (rows under transB): one scale per output channel,
+    max |w| of that channel / 127 (the reference here), with columns of very different sizes."""
+    from ptxc.rewrite.passes.fold_constants import constant_value
+    k, n = 6, 4
+    w = RNG.standard_normal((k, n)).astype(np.float32) * np.array([0.01, 1, 10, 100],
+                                                                  np.float32)
+    b = w.T.copy() if trans_b else w
+    g = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w"], ["y"], name="fc", transB=trans_b)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, n])],
+        [numpy_helper.from_array(b, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    q = quantize_int8(m, {"x": 2.0})
+    dq = [op for op in q.walk() if op.name == "graph.dequantize_linear"
+          and constant_value(op.operands[0]) is not None]
+    assert len(dq) == 1
+    scale = constant_value(dq[0].operands[1])
+    np.testing.assert_allclose(scale, np.abs(w).max(axis=0) / 127, rtol=1e-6)
+    wq = constant_value(dq[0].operands[0]).astype(np.float32)
+    back = wq * (scale[None, :] if not trans_b else scale[:, None])
+    assert np.all(np.abs(back - b) <= (scale[None, :] if not trans_b else scale[:, None]) * 0.5001)
+
+
 def test_cache_gives_the_same_quantized_module(tmp_path):
     cache = str(tmp_path / "c.json")
     t1 = calibrate(small_cnn(), _data(4), "percentile", cache=cache, progress=False)

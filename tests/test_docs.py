@@ -181,3 +181,16 @@ def test_docstrings_name_no_session_and_no_dated_timing():
                       f"the choice does and why, and link bench/history/<date>.md): {rest}")
     clean = sorted(f for f in _TIMINGS_ALLOWED if f not in found)
     assert not clean, f"no longer break the rule: remove them from _TIMINGS_ALLOWED: {clean}"
+
+
+def test_testing_doc_states_what_a_test_must_show():
+    """docs/testing.md keeps the three rules (issue 41), each pointing at a test that holds it."""
+    text = _read("docs/testing.md")
+    section = text[text.index("## What a test must show"):]
+    section = section[:section.index("\n## ")]
+    for rule in ("A rule stated in the docs has a test that fails when the rule breaks",
+                 "A pass that must not fire in a case has a test of that case",
+                 "A security check has a test of each way it can be fooled"):
+        assert rule in section, rule
+    for path in re.findall(r"`(tests/[\w/]+\.py)`", section):
+        assert os.path.exists(os.path.join(ROOT, path)), path

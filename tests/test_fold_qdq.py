@@ -113,6 +113,25 @@ def test_float_bias_is_quantized_and_gemm_folds():
     assert np.max(np.abs(got - want)) <= 0.1 * 1.0001
 
 
+def test_a_float_bias_is_rounded_to_the_nearest_accumulator_step():
+    """A float bias of a layer with an int8 result becomes int32 in units of xs * ws: the
+    nearest step (rint), not the step toward zero; the reference is computed here."""
+    m = _dq_gemm()
+    bias = np.array([0.0004, -0.0004, 1.23478, -0.9878], np.float32)   # steps 0.8, ..., -1975.6
+    t = next(t for t in m.graph.initializer if t.name == "bias")
+    t.CopyFrom(numpy_helper.from_array(bias, "bias"))
+    mod = ptxc.import_onnx(m)
+    PassManager("graph-opt").run(mod)
+    from ptxc.ir.spec import lookup
+    from ptxc.rewrite.passes.fold_constants import constant_value
+    op = next(op for op in mod.walk() if op.name == "graph.qlinear_matmul")
+    got = constant_value(lookup(op.name).groups(op)["B"])
+    step = np.float64(np.float32(0.05) * np.float32(0.01))   # xs * ws, in float32
+    want = np.rint(bias.astype(np.float64) / step)
+    assert not np.array_equal(want, np.trunc(bias / step))   # the check can tell them apart
+    np.testing.assert_array_equal(np.asarray(got).reshape(-1), want.astype(np.int32))
+
+
 def test_layer_without_q_gets_a_float_result():
     m = _dq_gemm(quantize_out=False)
     x = RNG.standard_normal((3, 6)).astype(np.float32)

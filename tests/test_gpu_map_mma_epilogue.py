@@ -87,6 +87,62 @@ def test_staged_fp16_matmul_equals_fragment_and_matches(case):
         assert "warps 1x2" in mma_tiles(m)[0]
 
 
+def _shared_root(v):
+    from ptxc.ir.core import OpResult
+    while isinstance(v, OpResult) and v.op.name == "loop.view":
+        v = v.op.operands[0]
+    return v if isinstance(v, OpResult) and v.op.name == "gpu.shared" else None
+
+
+def shared_memory_hazards(launch) -> list:
+    """The lockstep interpreter runs a race as one legal schedule and cannot see it
+    (ptxc/dialects/gpu.py), so the barriers are checked statically: in program order, a store
+    into a shared buffer after a load of it, or a load after a store, with no barrier (block or
+    warp) between, where the two do not index with the same values (one thread's own element).
+    Returns (kind, op) for each; loops are read once (a hazard carried to the next iteration
+    is not looked for)."""
+    seen, out = {}, []
+    for op in launch.walk():
+        if op.name in ("gpu.barrier", "gpu.warp_barrier"):
+            seen.clear()
+            continue
+        if op.name == "loop.load":
+            buf, idx, kind, other = _shared_root(op.operands[0]), op.operands[1:], "r", "w"
+        elif op.name == "loop.store":
+            buf, idx, kind, other = _shared_root(op.operands[1]), op.operands[2:], "w", "r"
+        else:
+            continue
+        if buf is None:
+            continue
+        acc = seen.setdefault(buf, {"r": [], "w": []})
+        if any(list(i) != list(idx) for i in acc[other]):
+            out.append(("read after write" if kind == "r" else "write after read", op))
+        acc[kind].append(idx)
+    return out
+
+
+@pytest.mark.parametrize("epi", mma_epilogue.EPILOGUES)
+@pytest.mark.parametrize("case", sorted(MATMULS))
+def test_the_epilogue_separates_what_lanes_share_by_barriers(case, epi):
+    """Every slab of the staged epilogue is written after the warp read the previous one, and
+    read after the warp wrote it (a barrier between each); the check finds the hazards when
+    the barriers are taken out."""
+    kw, cfg = MATMULS[case]
+    m = contraction_ir.loop_module(contraction_ir.matmul_model(**kw))
+    if cfg is not None:
+        assert mma_kernel.build_all(m, mma_config.Config(**{**cfg, "epilogue": epi}), SM90) >= 1
+    PassManager(f"map-to-gpu{{mma-epilogue={epi}}}").run(m)
+    launches = [o for o in m.walk() if o.name == "gpu.launch"]
+    assert any(o.attributes["schedule"] == "mma" for o in launches)
+    for launch in launches:
+        assert not shared_memory_hazards(launch), launch.attributes.get("tile")
+    if epi == "staged":
+        mma = next(o for o in launches if o.attributes["schedule"] == "mma")
+        for op in [o for o in mma.walk() if o.name == "gpu.warp_barrier"]:
+            op.erase()
+        assert any(k == "write after read" for k, _ in shared_memory_hazards(mma))
+
+
 def test_staged_region_is_counted_in_shared_bytes():
     from ptxc.dialects.gpu import shared_bytes
     model = contraction_ir.matmul_model(M=130, K=96, N=72)

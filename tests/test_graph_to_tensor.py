@@ -264,6 +264,27 @@ def test_resize_scales(attrs):
     _resize(rand(1, 2, 4, 5), scales=[1, 1, 2, 0.6], **attrs)
 
 
+@pytest.mark.parametrize("nearest_mode", ["round_prefer_floor", "round_prefer_ceil", "floor",
+                                          "ceil"])
+@pytest.mark.parametrize("ctm, scales", [("half_pixel", [1, 1, 0.5, 0.5]),
+                                         ("asymmetric", [1, 1, 2, 1.5])])
+def test_resize_nearest_breaks_ties_by_its_mode(nearest_mode, ctm, scales):
+    """Source coordinates exactly halfway between two pixels (a 2x downsample under half_pixel;
+    every other output of a 2x upsample under asymmetric): each nearest mode breaks the tie its
+    own way, in the lowering as in the reference, and the reference as onnxruntime."""
+    x = rand(1, 2, 4, 6)
+    module = _resize(x, scales=scales, mode="nearest", nearest_mode=nearest_mode,
+                     coordinate_transformation_mode=ctm)
+    model = make_model("Resize", [("X", x), None, "scales"],
+                       {"scales": np.array(scales, np.float32)}, mode="nearest",
+                       nearest_mode=nearest_mode, coordinate_transformation_mode=ctm)
+    import onnxruntime as ort
+    want = ort.InferenceSession(model.SerializeToString(), providers=[
+        "CPUExecutionProvider"]).run(None, {"X": x})[0]
+    np.testing.assert_array_equal(interpret(module, {"X": x})[
+        get_func(module).attributes["result_names"][0]], want)
+
+
 def test_resize_sizes_antialias_crop_and_ints():
     _resize(rand(1, 2, 6, 6), sizes=[1, 2, 3, 4], mode="linear", antialias=1)
     _resize(rand(1, 1, 5, 5), sizes=[1, 1, 4, 3], roi=[0, 0, 0.2, -0.3, 1, 1, 0.9, 1.2],
@@ -404,6 +425,30 @@ def test_arg_max_ties_and_nans(last):
     check("ArgMax", [("X", x)], axis=1, select_last_index=last)
     check("ArgMax", [("X", rand(3, 4, 2))], axis=0, keepdims=0, select_last_index=last)
     check("ArgMax", [("X", rand(4, 5, dtype="int32"))], axis=1)
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+def test_top_k_ties_keep_the_lower_index_first(largest):
+    """ONNX: of two equal elements the one with the lower index comes first. Rows of repeated
+    values (and a row all equal), against onnxruntime's indices as well as the reference's."""
+    x = np.array([[3, 1, 3, 2, 1, 3], [0, 0, 0, 0, 0, 0], [5, -1, 5, -1, 2, 2]], np.float32)
+    k = {"K": np.array([4], np.int64)}
+    check("TopK", [("X", x), "K"], k, n_out=2, axis=-1, largest=largest)
+    import onnxruntime as ort
+    model = make_model("TopK", [("X", x), "K"], k, n_out=2, axis=-1, largest=largest)
+    want = ort.InferenceSession(model.SerializeToString(), providers=[
+        "CPUExecutionProvider"]).run(None, {"X": x})
+    got = interpret(ptxc.import_onnx(model), {"X": x})
+    np.testing.assert_array_equal(got["y0"], want[0])
+    np.testing.assert_array_equal(got["y1"], want[1])
+
+
+@pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_cum_sum_every_exclusive_and_reverse(exclusive, reverse):
+    check("CumSum", [("X", rand(3, 6)), "ax"], {"ax": np.array(1, np.int64)},
+          exclusive=exclusive, reverse=reverse)
+    check("CumSum", [("X", rand(4, 2, dtype="int32")), "ax"], {"ax": np.array(-2, np.int64)},
+          exclusive=exclusive, reverse=reverse)
 
 
 # ---- fused ---------------------------------------------------------------------------------------

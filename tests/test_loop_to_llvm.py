@@ -134,7 +134,7 @@ _BINARY = ["add", "sub", "mul", "div", "max", "min"]
 
 
 @pytest.mark.parametrize("el", [F32, F64, F16, I64, I32, I8, UI8], ids=str)
-@pytest.mark.parametrize("name", _BINARY + ["pow", "cmp"])
+@pytest.mark.parametrize("name", _BINARY + ["rem", "pow", "cmp"])
 def test_arith_matches_interpreter(name, el):
     x, z = _pairs(el)
     if name == "div" and el.is_int and el.is_signed:

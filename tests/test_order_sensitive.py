@@ -142,3 +142,15 @@ def test_a_concat_of_split_results_in_another_order_is_not_the_input():
             "same": x}
     check_everywhere(model, {"x": x}, want,
                      "fold-constants,eliminate-concat")
+
+
+def test_a_slice_that_reverses_a_short_axis_is_not_a_noop():
+    """A slice with step -1 keeps every element of an axis, but not in order: reversing an axis
+    of two elements changes the tensor (only an axis of at most one element is a no-op)."""
+    x = RNG.standard_normal((3, 2)).astype(F)
+    big = np.iinfo(np.int64).min
+    model = graph_model([helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])],
+                        {"x": (3, 2)}, ["y"],
+                        {"s": np.array([-1], np.int64), "e": np.array([big], np.int64),
+                         "a": np.array([1], np.int64), "st": np.array([-1], np.int64)})
+    check_everywhere(model, {"x": x}, {"y": x[:, ::-1]}, "fold-constants,eliminate-noops")

@@ -243,3 +243,134 @@ def test_the_kernels_state_their_footprint(engine):
         for i in k.buffers:
             s = e.kernels.slots[i]
             assert f"dereferenceable({s.span * np.dtype(s.dtype).itemsize})" in line, line
+
+
+# ---- every way a signature can be fooled -------------------------------------------------------
+# A signature check is only as strong as its weakest comparison: each way of editing the trailer
+# of a signed plan is refused with the right key, with a PlanError of cause ``signature``.
+
+@pytest.fixture(scope="module")
+def signed_plan(engine, tmp_path_factory):
+    p = tmp_path_factory.mktemp("signed") / "s.plan"
+    engine[0].save(p, key="sesame")
+    data = p.read_bytes()
+    assert data[-40:-32] == b"PTXCSIG1"
+    return data
+
+
+def _flip(data: bytes, at: int, bit: int = 0x01) -> bytes:
+    b = bytearray(data)
+    b[at] ^= bit
+    return bytes(b)
+
+
+def _with_mac(data: bytes, mac: bytes) -> bytes:
+    return data[:-32] + mac
+
+
+def _hmac(key: bytes, body: bytes) -> bytes:
+    import hashlib
+    import hmac
+    return hmac.new(key, body, hashlib.sha256).digest()
+
+
+MAC_EDITS = {
+    "first MAC byte flipped": lambda d: _flip(d, len(d) - 32),
+    "a byte inside the first half flipped": lambda d: _flip(d, len(d) - 25, 0x80),
+    "last byte of the first half flipped": lambda d: _flip(d, len(d) - 17),
+    "first byte of the second half flipped": lambda d: _flip(d, len(d) - 16),
+    "a byte inside the second half flipped": lambda d: _flip(d, len(d) - 7, 0x10),
+    "last MAC byte flipped": lambda d: _flip(d, len(d) - 1),
+    "MAC halves swapped": lambda d: _with_mac(d, d[-16:] + d[-32:-16]),
+    "MAC truncated by one byte": lambda d: d[:-1],
+    "MAC truncated to its first half": lambda d: d[:-16],
+    "MAC empty (the magic tag alone)": lambda d: d[:-32],
+    "right length, all zeros": lambda d: _with_mac(d, bytes(32)),
+    "right length, another key's MAC": lambda d: _with_mac(d, _hmac(b"other", d[:-40])),
+    "right length, a keyless SHA-256 of the plan": lambda d: _with_mac(
+        d, __import__("hashlib").sha256(d[:-40]).digest()),
+    "right length, the MAC of the plan with its tag": lambda d: _with_mac(
+        d, _hmac(b"sesame", d[:-32])),
+    "a second trailer appended": lambda d: d + d[-40:],
+}
+
+
+@pytest.mark.parametrize("edit", list(MAC_EDITS))
+def test_every_edit_of_the_signature_is_refused(signed_plan, tmp_path, edit):
+    bad = MAC_EDITS[edit](signed_plan)
+    assert bad != signed_plan
+    p = tmp_path / "bad.plan"
+    p.write_bytes(bad)
+    load_refused(p, "signature", key="sesame")
+    load_refused(p, "signature", key=b"sesame")
+
+
+def test_the_signature_compares_the_whole_mac_in_constant_time(signed_plan, tmp_path,
+                                                                 monkeypatch):
+    """One ``hmac.compare_digest`` of the stored 32-byte MAC against the 32-byte expected one:
+    not ``==`` (its time tells an attacker how many leading bytes were right), not a prefix."""
+    import hmac
+    calls = []
+    real = hmac.compare_digest
+
+    def spy(a, b):
+        calls.append((bytes(a), bytes(b)))
+        return real(a, b)
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    p = tmp_path / "s.plan"
+    p.write_bytes(signed_plan)
+    ptxc.load(p, key="sesame")
+    assert calls == [(signed_plan[-32:], _hmac(b"sesame", signed_plan[:-40]))]
+
+
+def test_a_signed_plan_loads_only_whole(signed_plan, tmp_path):
+    """The refusals above are not of a plan that never loads: the same bytes, unedited, load
+    with the key; stripped of their trailer they load only without one (an unsigned plan)."""
+    p = tmp_path / "s.plan"
+    p.write_bytes(signed_plan)
+    ptxc.load(p, key="sesame")
+    p.write_bytes(signed_plan[:-40])
+    load_refused(p, "signature", "not signed", key="sesame")
+
+
+def test_an_empty_key_is_refused(engine, tmp_path, monkeypatch):
+    """An HMAC under the empty key is one anybody can compute: neither signing nor loading
+    takes it (an empty PTXC_PLAN_KEY counts as no key)."""
+    e, _ = engine
+    p = tmp_path / "s.plan"
+    for key in ("", b""):
+        with pytest.raises(PlanError, match="non-empty"):
+            e.save(p, key=key)
+    e.save(p, key="sesame")
+    for key in ("", b""):
+        with pytest.raises(PlanError, match="non-empty"):
+            ptxc.load(p, key=key)
+    monkeypatch.setenv("PTXC_PLAN_KEY", "")
+    load_refused(p, "signature", "give its key")
+
+
+def test_an_output_binding_edited_alone_is_refused(good):
+    """The bindings are checked against the kernel table's argument slots, outputs as well as
+    inputs: an output's shape or dtype edited in the header alone would have the runtime hand
+    back an array the kernels never wrote."""
+    def out(h, **kv):
+        h["bindings"]["outputs"][0].update(kv)
+    refused(edited(good, lambda h: out(h, shape=[3, 4])), "header", "bindings outputs")
+    refused(edited(good, lambda h: out(h, dtype="float64")), "header", "bindings outputs")
+    refused(edited(good, lambda h: h["bindings"]["inputs"][0].update(shape=[1])), "header",
+            "bindings inputs")
+
+
+def test_ir_that_lacks_a_kernel_of_the_table_is_refused():
+    """The stored IR defines every kernel the table launches: one cut out (its calls would find
+    nothing, or an older function of that name) is refused."""
+    from test_plan import _with_text, cpu_engine
+    m, _, _ = PROGRAMS["softmax"]()
+    good = plan_to_bytes(cpu_engine(m))
+
+    def cut(text, name="kernel_1"):
+        lines = text.splitlines(keepends=True)
+        start = next(i for i, x in enumerate(lines) if x.startswith(f'define void @"{name}"('))
+        end = next(i for i in range(start, len(lines)) if lines[i].rstrip() == "}")
+        return "".join(lines[:start] + lines[end + 1:])
+    refused(_with_text(good, cut), "code", "lacks kernels", "kernel_1")

@@ -20,9 +20,10 @@ a new table and a new low type, not new special cases:
 ``move``        data movement exact in any type (reshape, transpose, concat, slice, max pool,
                 ...) and average pooling (its lowering sums in f32 and rounds the average
                 once): runs on the low type when all its data inputs are low.
-``fp32``        everything else (softmax, LayerNorm and the other normalizations, mean/sum
-                reductions, average pooling, ...) and every node in ``overrides``: f32 in and
-                out, low inputs cast back to f32.
+``fp32``        everything else and every node in ``overrides``: f32 in and out, low inputs
+                cast back to f32. :data:`KEEP_FP32` names the ops the rule keeps here whatever
+                the precision (softmax, LayerNorm and the other normalizations, mean/sum/product
+                reductions and running sums): no policy table may list them.
 ``tf32``        (precision tf32) contractions keep f32 data and round both factors to tf32
                 (``ptxc.precision = "tf32"`` on the fused op -> ``arith.round_tf32`` after each
                 operand load in the loop nest).
@@ -71,6 +72,17 @@ MOVES = frozenset({"graph.reshape", "graph.flatten", "graph.squeeze", "graph.uns
 #: run on low storage like moves, their sums carried in f32 by the lowering (widened input, an
 #: f32 sum, one rounding of the average): TensorRT's fp16 pooling
 POOLS = frozenset({"graph.average_pool", "graph.global_average_pool"})
+
+#: TensorRT's rule: softmax, the normalizations (their mean and variance statistics) and every
+#: sum, mean or product (reductions, running sums) read and accumulate f32 whatever precision a
+#: build asks for -- their accumulations round, and their results feed exponentials and
+#: divisions. They take the ``fp32`` policy: an input stored low is cast back to f32 first. No
+#: table of :data:`POLICIES` may list them (tests/test_precision_policy.py checks every table
+#: against this set, and the pass on each op of it).
+KEEP_FP32 = frozenset({"graph.softmax", "graph.log_softmax", "graph.layer_normalization",
+                       "graph.instance_normalization", "graph.batch_normalization", "graph.lrn",
+                       "graph.reduce_mean", "graph.reduce_sum", "graph.reduce_prod",
+                       "graph.cum_sum", "graph.cum_prod"})
 
 #: precision -> op name -> policy (ops not listed: "elementwise" where the op has that trait and
 #: the precision lists "*elementwise", else "fp32")
@@ -498,8 +510,8 @@ def precision_pipeline(precision: str, overrides: dict | None = None) -> str:
     return "lower-precision{" + opts + "}"
 
 
-__all__ = ["LowerPrecision", "POLICIES", "hoist_casts_above_pads", "PRECISIONS", "LOW_TYPE", "policy", "check_precision",
-           "precision_pipeline", "WIDE_ACCUMULATOR"]
+__all__ = ["LowerPrecision", "POLICIES", "KEEP_FP32", "hoist_casts_above_pads", "PRECISIONS",
+           "LOW_TYPE", "policy", "check_precision", "precision_pipeline", "WIDE_ACCUMULATOR"]
 
 
 #: combiners whose result is one of their operands: exact in any float type (max pooling moves
