@@ -60,12 +60,12 @@ def test_attention_op_reference_matches_composition_and_keeps_softmax_f32():
     np.testing.assert_array_equal(got16, want)
 
 
-@pytest.mark.slow
-def test_f16_export_lowered_keeps_softmax_f32():
-    """An f16 export's Softmax is f16; the fused op computes it in f32: through every lowering
-    (check-numerics) the compiled result is the f32-softmax reference, closer to an f32 run."""
-    rng = np.random.default_rng(5)
-    q, kt, v = (rng.standard_normal(s).astype(np.float16) * 3 for s in
+def _f16_attention_chain(seed: int, scale: float = 1.0):
+    """An f16 export's attention, MatMul -> Softmax -> MatMul on q [1,2,6,8], kt [1,2,8,6],
+    v [1,2,6,8] (standard normal times ``scale``), and its feeds; recognized as one
+    graph.attention."""
+    rng = np.random.default_rng(seed)
+    q, kt, v = (rng.standard_normal(s).astype(np.float16) * np.float16(scale) for s in
                 ((1, 2, 6, 8), (1, 2, 8, 6), (1, 2, 6, 8)))
     nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"]),
              helper.make_node("Softmax", ["s"], ["p"], axis=-1),
@@ -73,6 +73,15 @@ def test_f16_export_lowered_keeps_softmax_f32():
     feeds = {"q": q, "kt": kt, "v": v}
     model = graph_model(nodes, feeds, ["y"], opset=17)
     assert '"graph.attention"' in _graph(model)
+    return model, feeds
+
+
+@pytest.mark.slow
+def test_f16_export_lowered_keeps_softmax_f32():
+    """An f16 export's Softmax is f16; the fused op computes it in f32: through every lowering
+    (check-numerics) the compiled result is the f32-softmax reference, closer to an f32 run."""
+    model, feeds = _f16_attention_chain(seed=5, scale=3)
+    q, kt, v = feeds["q"], feeds["kt"], feeds["v"]
     got = ptxc.compile(model, target="cpu").run(feeds)["y"]
     np.testing.assert_array_equal(got, attention(q, kt, v, None, 1.0, 0))
     module = ptxc.import_onnx(model)
@@ -164,15 +173,8 @@ def test_f16_attention_taken_apart_in_graph_ops():
     """An f16 attention under fp16 is taken apart into graph ops only (its casts to the f32
     compute type are graph.cast, not tensor ops lowered ahead of the lowering), and computes
     the op's reference: the f32 softmax, the probabilities rounded to f16 once."""
-    rng = np.random.default_rng(3)
-    q, kt, v = (rng.standard_normal(s).astype(np.float16) for s in
-                ((1, 2, 6, 8), (1, 2, 8, 6), (1, 2, 6, 8)))
-    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"]),
-             helper.make_node("Softmax", ["s"], ["p"], axis=-1),
-             helper.make_node("MatMul", ["p", "v"], ["y"])]
-    feeds = {"q": q, "kt": kt, "v": v}
-    model = graph_model(nodes, feeds, ["y"], opset=17)
-    assert '"graph.attention"' in _graph(model)
+    model, feeds = _f16_attention_chain(seed=3)
+    q, kt, v = feeds["q"], feeds["kt"], feeds["v"]
     text = ptxc.explore(model, stage="graph", precision="fp16")
     assert '"graph.attention"' not in text and '"tensor.' not in text
     got = ptxc.compile(model, target="cpu", precision="fp16").run(feeds)["y"]
