@@ -16,7 +16,9 @@ layer), random weights, exported once to ONNX by the parent. int8 is calibrated 
 of ptxc can be compared.
 
 Per plan and round: the latency (median of synchronize-bracketed ``run_device`` calls, fresh
-outputs each call, CUDA graph on) and, where the runtime has it, the device time of one graph
+outputs each call, CUDA graph on), the host time of the same calls (``run_device``'s return,
+before the synchronize: what the host spends enqueueing one inference, where a runtime change
+shows without the device's noise) and, where the runtime has it, the device time of one graph
 replay (``engine.program.launch_times``). The table gives each tree's median over rounds, the
 ratio new/old, and whether the two trees' PTX is byte-identical (sha256). Writes
 compare_trees.json and compare_trees.md under $OUT. Timings are never test assertions.
@@ -76,14 +78,17 @@ def child_time(jobs: list[dict], repeat: int) -> list[dict]:
         feeds = {"x": x}
         engine.run_device(feeds)
         torch.cuda.synchronize()
-        times = []
+        times, host = [], []
         for _ in range(repeat):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             engine.run_device(feeds)
+            t1 = time.perf_counter()
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
-        row = {"key": job["key"], "latency_ms": 1e3 * statistics.median(times)}
+            host.append(t1 - t0)
+        row = {"key": job["key"], "latency_ms": 1e3 * statistics.median(times),
+               "host_ms": 1e3 * statistics.median(host)}
         prog = getattr(engine, "program", None)
         if hasattr(prog, "launch_times"):
             row["device_ms"] = float(statistics.median(prog.launch_times(repeat)))
@@ -146,9 +151,10 @@ def main() -> int:
         for f in cf.as_completed(futs):
             j = futs[f]
             try:
-                results[(j["tree"], j["key"])] = dict(f.result(), times=[], devs=[])
+                results[(j["tree"], j["key"])] = dict(f.result(), times=[], hosts=[], devs=[])
             except Exception as e:  # noqa: BLE001  (one failed compile is one row's error)
-                results[(j["tree"], j["key"])] = {"error": str(e)[-600:], "times": [], "devs": []}
+                results[(j["tree"], j["key"])] = {"error": str(e)[-600:], "times": [], "hosts": [],
+                                                   "devs": []}
             print(j["tree"], j["key"], results[(j["tree"], j["key"])].get("compile_s",
                   results[(j["tree"], j["key"])].get("error")), flush=True)
     for r in range(args.rounds):
@@ -157,22 +163,26 @@ def main() -> int:
             for row in _run_child(tree, "child_time", [mine, args.repeat]):
                 res = results[(name, row["key"])]
                 res["times"].append(row["latency_ms"])
+                res["hosts"].append(row["host_ms"])
                 if "device_ms" in row:
                     res["devs"].append(row["device_ms"])
         print(f"round {r + 1} done", flush=True)
     names = list(trees)
     new, old = names[0], names[1]
-    lines = [f"| model | {new} latency ms | {old} latency ms | {new}/{old} | {new} device ms | "
-             f"{old} device ms | {new}/{old} | same PTX |", "|---|" + "---:|" * 6 + "---|"]
+    lines = [f"| model | {new} latency ms | {old} latency ms | {new}/{old} | {new} host ms | "
+             f"{old} host ms | {new}/{old} | {new} device ms | {old} device ms | {new}/{old} | "
+             f"same PTX |", "|---|" + "---:|" * 9 + "---|"]
     table = []
     for key in dict.fromkeys(j["key"] for j in jobs):
         a, b = results[(new, key)], results[(old, key)]
         med = (lambda v: statistics.median(v) if v else float("nan"))
         la, lb, da, db = med(a["times"]), med(b["times"]), med(a["devs"]), med(b["devs"])
+        ha, hb = med(a["hosts"]), med(b["hosts"])
         same = a.get("ptx_sha") is not None and a.get("ptx_sha") == b.get("ptx_sha")
         table.append({"key": key, new: a, old: b, "same_ptx": same})
-        lines.append(f"| {key} | {la:.3f} | {lb:.3f} | {la / lb:.3f} | {da:.3f} | {db:.3f} | "
-                     f"{da / db:.3f} | {'yes' if same else 'no'} |")
+        lines.append(f"| {key} | {la:.3f} | {lb:.3f} | {la / lb:.3f} | {ha:.3f} | {hb:.3f} | "
+                     f"{ha / hb:.3f} | {da:.3f} | {db:.3f} | {da / db:.3f} | "
+                     f"{'yes' if same else 'no'} |")
     md = "\n".join(lines)
     print(md)
     with open(os.path.join(out_dir, "compare_trees.md"), "w") as f:

@@ -17,7 +17,8 @@ The public API (README.md; the design: docs/design.md):
 from .errors import (BindingError, CalibrationCacheError, CalibrationError,  # noqa: F401
                      CompileError, DeviceError, IndexOutOfRangeError, ModelError,
                      NumericsError, OutOfMemoryError, ParseError, PlanError, PrecisionError,
-                     PtxcError, RunError, ShapeInputError, UnsupportedOpError, VerifyError)
+                     PtxcError, RunError, ShapeInputError, TimingCacheError, TuningError,
+                     UnsupportedOpError, VerifyError)
 from .dialects import all_ops as _all_ops
 from .ir.spec import install_op_table as _install_op_table
 from .lower import lowering_passes as _lowering_passes

@@ -102,3 +102,15 @@ class IndexOutOfRangeError(RunError, IndexError):
 class PrecisionError(CompileError):
     """A reduced precision cannot hold the model: a weight outside the low type's range (the
     message names the op, its ONNX node, and the override that keeps it in fp32)."""
+
+
+class TuningError(PtxcError):
+    """Auto-tuning failed or was given something it cannot use: a tactic that does not parse or
+    names an option its schedule pass lacks, a tactic that does not apply to its kernel, a
+    candidate whose output differs from the default's (the message names the tactic and the
+    kernel)."""
+
+
+class TimingCacheError(TuningError):
+    """A timing cache file cannot be used: unreadable, not JSON, of another format version, or
+    with a malformed entry (the message names the file and the entry)."""
