@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
                            ("run", "compile (or load a plan) and run one inference")):
         c = sub.add_parser(name, help=helptext)
         add_model(c, plan_ok=name == "run")
-        add_options(c, "compile", "calib", "no_cuda_graph")
+        add_options(c, "compile", "calib", "no_cuda_graph", "tuning")
         if name == "compile":
             c.add_argument("-o", "--output", help="write the engine to this plan file")
             c.set_defaults(fn=_cmd_compile)
@@ -190,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "constants")
             c.set_defaults(fn=_cmd_run)
 
-    from .cli_tools import add_bench, add_bisect, add_compare
+    from .cli_tools import add_bench, add_bisect, add_compare, add_tune
+    add_tune(sub)
     add_bench(sub)
     add_compare(sub)
     add_bisect(sub)

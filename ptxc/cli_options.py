@@ -89,6 +89,15 @@ OPTIONS = {o.dest: o for o in (
          help="interpret before and after each pass on random inputs and compare"),
     _opt("--no-cuda-graph", action="store_true", field="cuda_graph",
          help="cuda: launch kernel by kernel instead of replaying one CUDA graph"),
+    _opt("--tuning", default="off", choices=("off", "fast", "full"), compile_only=True,
+         field="tuning",
+         help="auto-tune each kernel on the target: off (the default: the heuristic), fast (a "
+         "few candidates each) or full (all); docs/tuning.md"),
+    _opt("--timing-cache", metavar="FILE", compile_only=True, field="timing_cache",
+         help="timing cache: tactics measured before are reused, new ones written back"),
+    _opt("--tuning-budget", type=float, metavar="SECONDS", dest="tuning_budget_s",
+         compile_only=True, field="tuning_budget_s",
+         help="stop measuring after this many seconds (the rest: cache or heuristic)"),
     _opt("--input", action="append", metavar="NAME=FILE.npy",
          help="an input from a .npy file (others: seeded random normal)"),
     _opt("--seed", type=int, default=0, help="seed of the random inputs"),
@@ -101,6 +110,7 @@ GROUPS = {
     "compile": ("target", "arch", "precision", "fp16", "int8", "tf32", "precision_override",
                 "layout", "input_shape"),
     "calib": ("calib", "calib_cache"),
+    "tuning": ("tuning", "timing_cache", "tuning_budget_s"),
     "inputs": ("input", "seed"),
     "tolerance": ("atol", "rtol"),
 }
@@ -317,7 +327,9 @@ def compile_options(args, needs_device: bool = False, cuda_graph_opt: bool = Fal
         layout=getattr(args, "layout", "auto"),
         graph_passes=getattr(args, "graph_passes", None),
         check_numerics=getattr(args, "check_numerics", False),
-        cuda_graph=not getattr(args, "no_cuda_graph", False), **calib)
+        cuda_graph=not getattr(args, "no_cuda_graph", False),
+        tuning=getattr(args, "tuning", "off"), timing_cache=getattr(args, "timing_cache", None),
+        tuning_budget_s=getattr(args, "tuning_budget_s", None), **calib)
 
 
 def compile_from_args(args, needs_device: bool = False, cuda_graph_opt: bool = False):

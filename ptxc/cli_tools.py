@@ -1,4 +1,4 @@
-"""The ``ptxc bench``, ``ptxc compare`` and ``ptxc bisect`` commands (their arguments and
+"""The ``ptxc tune``, ``ptxc bench``, ``ptxc compare`` and ``ptxc bisect`` commands (their arguments and
 entry points; the work is in :mod:`ptxc.tools`). :mod:`ptxc.cli` registers them."""
 
 from __future__ import annotations
@@ -16,6 +16,37 @@ def add_model_options(c, plan_ok: bool) -> None:
     """The options every command that compiles a model takes."""
     add_model(c, plan_ok)
     add_options(c, "compile", "inputs")
+
+
+# ---- tune ----------------------------------------------------------------------------------------
+
+def cmd_tune(args) -> int:
+    """Compile with tuning (default ``fast``), write the timing cache, print each distinct
+    kernel's tactic and times (as ``ptxc inspect`` does for a tuned plan)."""
+    from .cli_options import compile_from_args, check_output_path
+    from .plan.inspect import _tuning
+    if args.tuning == "off":
+        raise PtxcError("ptxc tune measures: --tuning fast or full (off is the heuristic; "
+                        "ptxc compile --timing-cache F reads a cache without measuring)")
+    if args.output:
+        check_output_path(args.output, "-o")
+    engine = compile_from_args(args)
+    print("\n".join(_tuning(engine.tuning)))
+    print(f"timing cache: {args.timing_cache}")
+    if args.output:
+        engine.save(args.output)
+        print(f"plan written to {args.output}")
+    return 0
+
+
+def add_tune(sub) -> None:
+    t = sub.add_parser("tune", help="auto-tune a model's kernels on this machine into a timing "
+                       "cache (TensorRT's builder with a timing cache)")
+    add_model(t, plan_ok=False)
+    add_options(t, "compile", "calib", "tuning", tuning={"default": "fast"},
+                timing_cache={"required": True})
+    t.add_argument("-o", "--output", help="also write the tuned engine to this plan file")
+    t.set_defaults(fn=cmd_tune)
 
 
 # ---- bench ---------------------------------------------------------------------------------------

@@ -36,7 +36,8 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
             cache: bool | None = None, calibration=None, calibration_cache: str | None = None,
             precision_overrides: dict | None = None, max_memory: int | None = None,
             pass_options: dict | None = None, stage_passes: dict | None = None,
-            options: CompileOptions | None = None):
+            tactics: dict | None = None, tuning: str = "off", timing_cache: str | None = None,
+            tuning_budget_s: float | None = None, options: CompileOptions | None = None):
     """Compile a model (path, ModelProto, Network or graph module) into an Engine.
 
     ``layout``: ``"auto"`` (the default, :func:`resolve_layout`'s policy: channels-last for
@@ -76,7 +77,17 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
     ``max_memory`` (bytes): the engine's memory budget (weights, scratch arena and bindings of
     one execution context; :mod:`ptxc.driver.memory_limit`): an engine that needs more is a
     CompileError naming the layer of its largest scratch buffer; concurrent runs take only as
-    many contexts as fit."""
+    many contexts as fit.
+
+    Auto-tuning (:mod:`ptxc.tune`, docs/tuning.md): ``tuning="fast"`` or ``"full"`` times each
+    distinct kernel's candidate tactics on the target (cpu: this host; cuda: the GPU here, when
+    it is the target) and keeps the fastest whose output matches the default's;
+    ``timing_cache`` (a file) supplies tactics measured before and receives the new ones
+    (with ``tuning="off"`` it is only read); ``tuning_budget_s`` bounds the measuring time.
+    Where nothing can be measured (a cuda compile without the GPU), kernels take the cache's
+    tactic or the heuristic's, and the log says how many of each. ``tactics``: ``{kernel key:
+    tactic}`` chosen by hand (they win over tuning). ``engine.tuning`` lists each distinct
+    kernel's tactic, its time, the default's time and the candidates tried."""
     keywords = {k: v for k, v in locals().items() if k in _OPTION_NAMES}
     options = CompileOptions.from_call("compile", options, keywords, _COMPILE_DEFAULTS)
     precision, precision_overrides = options.precision, options.precision_overrides
@@ -88,7 +99,10 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
         cache = False
     target = options.kind
     key = None
-    if cache is not False and not options.check_numerics:
+    tuner = _tuner(options)
+    if tuner is not None:   # the tactics are known after tuning: stored, not looked up
+        cache = False if cache is False else "store"
+    if cache not in (False, "store") and not options.check_numerics:
         from .plan import cache as compile_cache
         if compile_cache.cache_dir() is not None:
             key = compile_cache.cache_key(model, target, options.cache_key())
@@ -110,7 +124,7 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
         timings["import"] = time.perf_counter() - t0
         from .rewrite.provenance import annotate_kernels, collect
         prov: dict = {}  # loc -> the ONNX nodes an op there computes (fusions included)
-        run_stages(module, "loop", options, timings=timings,
+        run_stages(module, "loop", options, timings=timings, tuner=tuner,
                    on_stage=lambda stage, m: stage != "loop" and collect(m, prov))
         annotate_kernels(module, prov)
         from .codegen import build
@@ -124,11 +138,55 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
         engine.layer_precisions = layer_precisions
         engine.precision_overrides = dict(precision_overrides)
         engine.max_memory = options.max_memory
+        if tuner is not None:
+            engine.tuning = [r.to_json() for r in tuner.report]
+            _save_timing_cache(tuner, options.timing_cache)
+            if cache == "store" and not options.check_numerics:
+                key = _tuned_cache_key(model, options, tuner)
         log.info("compiled in %.2f s (%d kernels)", sum(engine.timings.values()),
                  len(engine.kernels.kernels) if engine.kernels is not None else 0)
         if key is not None:
             compile_cache.store(key, engine)
     return engine
+
+
+def _tuner(options):
+    """The Tuner of a compile that tunes or reads a timing cache, else None."""
+    if options.tuning == "off" and options.timing_cache is None:
+        return None
+    from .tune.cache import TimingCache
+    from .tune.tuner import Tuner
+    import os
+    cache = TimingCache()
+    if options.timing_cache is not None and os.path.exists(options.timing_cache):
+        cache = TimingCache.load(options.timing_cache)
+    return Tuner(options.target, options.tuning, cache, budget_s=options.tuning_budget_s)
+
+
+def _save_timing_cache(tuner, path) -> None:
+    """Write what the tuner measured into ``path``, merged with the file as it is now (another
+    build may have added entries meanwhile)."""
+    if path is None or not any(r.source == "tuned" for r in tuner.report):
+        return
+    import os
+    from .tune.cache import TimingCache
+    merged = tuner.cache
+    if os.path.exists(path):
+        merged = TimingCache.load(path).merge(tuner.cache)
+    merged.save(path)
+    log.info("timing cache %s: %d entries", path, len(merged))
+
+
+def _tuned_cache_key(model, options, tuner):
+    """The compile cache's key of a tuned build: its options with the tactics tuning chose."""
+    import attrs
+    from .plan import cache as compile_cache
+    from .tune.tactic import DEFAULT
+    if compile_cache.cache_dir() is None:
+        return None
+    chosen = {r.key: r.tactic for r in tuner.report if r.tactic != DEFAULT}
+    tuned = attrs.evolve(options, tactics={**chosen, **options.tactics})
+    return compile_cache.cache_key(model, options.kind, tuned.cache_key())
 
 
 def _quantize_int8(model, calibration, calibration_cache, overrides, input_shapes,

@@ -211,6 +211,11 @@ def _pipeline_value(value, what: str):
     return items
 
 
+def _tactics(value) -> Mapping:
+    from .tune.tactic import as_tactics
+    return _ro(as_tactics(_mapping(value)))
+
+
 def _stage_passes(value) -> Mapping:
     out = {}
     for key, v in _mapping(value).items():
@@ -277,6 +282,10 @@ class CompileOptions:
     max_memory: int | None = None
     calibration: object = attrs.field(default=None, eq=False, repr=False)   # data
     calibration_cache: str | None = None
+    tactics: Mapping = attrs.field(default=None, converter=_tactics)
+    tuning: str = "off"
+    timing_cache: str | None = None
+    tuning_budget_s: float | None = None
 
     def __attrs_post_init__(self):
         from .rewrite.passes.precision import check_precision
@@ -291,6 +300,12 @@ class CompileOptions:
             raise CompileError("calibration is for precision='int8'")
         from .driver.memory_limit import _valid
         _valid(self.max_memory)
+        from .tune.tuner import check_level
+        check_level(self.tuning)
+        if self.tuning_budget_s is not None and not (
+                isinstance(self.tuning_budget_s, (int, float)) and self.tuning_budget_s > 0):
+            raise CompileError(f"tuning_budget_s must be a number of seconds > 0, is "
+                               f"{self.tuning_budget_s!r}")
 
     @classmethod
     def make(cls, target: str | Target = "auto", arch: str | None = None, *,
@@ -300,7 +315,9 @@ class CompileOptions:
              stage_passes: dict | None = None, pass_options: dict | None = None,
              check_numerics: bool = False, threads: int | None = None, cuda_graph: bool = True,
              max_memory: int | None = None, calibration=None,
-             calibration_cache: str | None = None) -> "CompileOptions":
+             calibration_cache: str | None = None, tactics: dict | None = None,
+             tuning: str = "off", timing_cache: str | None = None,
+             tuning_budget_s: float | None = None) -> "CompileOptions":
         """Options from names: ``target`` ``"cpu"`` (this host), ``"cuda"`` (``Target.resolve
         (arch)``: ``arch``, else ``PTXC_CUDA_ARCH``, else the GPU here, else sm_90; a build for
         another GPU needs none) or ``"auto"`` (cuda where ``arch`` is given or a GPU is
@@ -319,7 +336,8 @@ class CompileOptions:
                    graph_passes=graph_passes, stage_passes=stage_passes,
                    pass_options=pass_options, check_numerics=check_numerics, threads=threads,
                    cuda_graph=cuda_graph, max_memory=max_memory, calibration=calibration,
-                   calibration_cache=calibration_cache)
+                   calibration_cache=calibration_cache, tactics=tactics, tuning=tuning,
+                   timing_cache=timing_cache, tuning_budget_s=tuning_budget_s)
 
     @classmethod
     def from_call(cls, where: str, options: "CompileOptions | None", keywords: dict,
@@ -363,6 +381,7 @@ class CompileOptions:
             "graph_passes": _jsonable(self.graph_passes),
             "stage_passes": _jsonable(self.stage_passes),
             "pass_options": _jsonable(self.pass_options), "pipelines": pipelines,
+            "tactics": {k: str(t) for k, t in sorted(self.tactics.items())},
         }, sort_keys=True, default=str)
 
 
@@ -491,16 +510,28 @@ def _configure(p, options: CompileOptions):
     f = fields.get("arch")
     if f is not None and target.kind == "cuda" and getattr(p, "arch") == f.default:
         changes["arch"] = target.arch
+    if "tactics" in fields and options.tactics and not getattr(p, "tactics"):
+        changes["tactics"] = options.tactics
     changes.update(options.pass_options.get(p.name, {}))
     return attrs.evolve(p, **changes) if changes else p
 
 
 # ---- the stage loop -------------------------------------------------------------------------
 
+def schedule_pass_index(passes: list) -> int | None:
+    """Where the target's schedule pass is in a stage's ``passes`` (the pass that takes
+    per-kernel tactics: a ``tactics`` field and a ``candidates`` method; cuda ``map-to-gpu``,
+    cpu ``cpu-schedule``), or None."""
+    for i, p in enumerate(passes):
+        if "tactics" in attrs.fields_dict(type(p)) and hasattr(p, "candidates"):
+            return i
+    return None
+
+
 def run_stages(module, until: str = "loop", options: CompileOptions | None = None, *,
                timings: dict | None = None, on_stage=None, pass_manager=None,
                managers: list | None = None, progress: logging.Logger | None = log,
-               **option_keywords):
+               tuner=None, **option_keywords):
     """Run the IR stages on ``module`` in place, up to and including ``until`` (graph, tensor or
     loop), as ``options`` ask (or options made from ``option_keywords``, :meth:`CompileOptions.
     make`'s names, target ``cpu`` unless named); returns ``module``. ``layout="auto"`` is
@@ -511,7 +542,10 @@ def run_stages(module, until: str = "loop", options: CompileOptions | None = Non
     dump_dir, explain, numerics_rtol, ...), or a function of the stage name that returns them;
     ``check_numerics`` comes from the options unless given there. ``managers`` receives each
     stage's PassManager after it ran; ``on_stage(stage, module)`` is called after each stage;
-    ``timings[stage]`` gets its seconds; ``progress`` logs each stage (None: quiet)."""
+    ``timings[stage]`` gets its seconds; ``progress`` logs each stage (None: quiet).
+    ``tuner`` (a :class:`ptxc.tune.tuner.Tuner`): in the loop stage, the passes before the
+    schedule pass run, then ``tuner.choose_tactics(module, schedule_pass)`` gives tactics per
+    kernel key, which join the options' own (``options.tactics`` win), then the rest runs."""
     from .rewrite.pass_manager import PassManager
     if options is None:
         options = CompileOptions.make(**{"target": "cpu", **option_keywords})
@@ -525,18 +559,31 @@ def run_stages(module, until: str = "loop", options: CompileOptions | None = Non
         groups = stage_groups(options, stage, layout)
         kw = dict(pass_manager(stage) if callable(pass_manager) else (pass_manager or {}))
         kw.setdefault("check_numerics", options.check_numerics)
-        pm = PassManager([p for _, passes in groups for p in passes], **kw)
+        flat = [p for _, passes in groups for p in passes]
+        at = schedule_pass_index(flat) if tuner is not None and stage == "loop" else None
         t0 = time.perf_counter()
         if progress is not None:
             progress.info("%s stage (%s) ...", stage, ",".join(label for label, _ in groups))
-        pm.run(module)
+        if at is None:
+            pms = [PassManager(flat, **kw)]
+            pms[0].run(module)
+        else:
+            pms = [PassManager(flat[:at], **kw)]
+            pms[0].run(module)
+            t1 = time.perf_counter()
+            chosen = {**tuner.choose_tactics(module, flat[at]), **options.tactics}
+            if timings is not None:
+                timings["tuning"] = time.perf_counter() - t1
+            pms.append(PassManager([attrs.evolve(flat[at], tactics=chosen), *flat[at + 1:]],
+                                   **kw))
+            pms[1].run(module)
         seconds = time.perf_counter() - t0
         if progress is not None:
             progress.info("%s stage done in %.2f s", stage, seconds)
         if timings is not None:
             timings[stage] = seconds
         if managers is not None:
-            managers.append(pm)
+            managers.extend(pms)
         if on_stage is not None:
             on_stage(stage, module)
     return module

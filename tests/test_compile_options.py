@@ -43,7 +43,9 @@ EXCEPTIONS = {
 #: options an entry point does not take by keyword (all are reachable with options=)
 NOT_TAKEN = {
     # the engine's runtime options and int8 calibration: explore builds no engine
-    "explore": {"threads", "cuda_graph", "max_memory", "calibration", "calibration_cache"},
+    "explore": {"threads", "cuda_graph", "max_memory", "calibration", "calibration_cache",
+                # tuning measures and builds engines; explore shows IR (options= takes tactics)
+                "tactics", "tuning", "timing_cache", "tuning_budget_s"},
     # bisect compares fp32 graphs; it takes the pipeline, the shapes and the target
     "bisect": set(OPTIONS) - {"graph_passes", "input_shapes", "target", "arch"},
 }
@@ -60,9 +62,10 @@ def test_compile_options_fields_are_make_s_keywords():
     assert set(OPTIONS) == fields - {"target"} | {"target", "arch"}
     made = CompileOptions.make(target="cpu")
     for f in attrs.fields(CompileOptions):
-        if f.name not in ("target", "precision_overrides", "stage_passes", "pass_options"):
+        if f.name not in ("target", "precision_overrides", "stage_passes", "pass_options",
+                          "tactics"):
             assert getattr(made, f.name) == OPTIONS[f.name], f.name
-    assert dict(made.precision_overrides) == dict(made.stage_passes) == {}
+    assert dict(made.precision_overrides) == dict(made.stage_passes) == dict(made.tactics) == {}
 
 
 @pytest.mark.parametrize("name, fn", [("compile", ptxc.compile), ("explore", ptxc.explore),
@@ -105,7 +108,7 @@ def test_cli_options_are_compile_options():
     # options a command line does not give: data (constant inputs, per-pass options, stage
     # pipelines) and the engine's runtime sizes
     assert set(OPTIONS) - set(fields) == {"constant_inputs", "pass_options", "stage_passes",
-                                          "threads", "max_memory"}
+                                          "threads", "max_memory", "tactics"}
 
 
 def test_cli_builds_compile_options():

@@ -216,12 +216,13 @@ class DeviceInterop:
                 ctx._sync(st)
                 return [(float(a - events[0]), float(b - a)) for a, b in zip(events, events[1:])]
 
-    def launch_times(self, runs: int) -> list[float]:
+    def launch_times(self, runs: int, before_each=None) -> list[float]:
         """Milliseconds of device time of ``runs`` inferences on the inputs already bound (by an
         earlier run, on the pool's most recently used context, with the same pointers: the
         caller's where run_device bound them): each whole launch sequence (the graph, or the
         kernels) between two timing events, so the host's share of a run's latency is what these
-        do not cover."""
+        do not cover. ``before_each(stream_handle)``, where given, queues work before each
+        timed run on the same stream, outside the events (the tuner's L2 flush)."""
         with self._contexts.take() as ctx:
             with ctx._lock:
                 st = ctx._ready()
@@ -229,6 +230,8 @@ class DeviceInterop:
                 pairs = []
                 args, key = st.last
                 for _ in range(runs):
+                    if before_each is not None:
+                        before_each(st.stream_handle)
                     e0 = st.stream.record(options=opts)
                     ctx._launch_all(st, args, key)
                     pairs.append((e0, st.stream.record(options=opts)))

@@ -57,6 +57,7 @@ class Engine:
         self.artifact = None      # the Artifact it was made of (Engine.from_artifact)
         self.precision = "fp32"
         self.layer_precisions = None  # int8: (layer, precision, why) per conv/gemm/matmul
+        self.tuning = None        # tuned builds: per distinct kernel, ptxc.tune.tuner.Row JSON
         self._max_memory = None
         self._explicit_contexts = 0
 

@@ -56,4 +56,5 @@ def engine_of_plan(plan: LoadedPlan, *, threads: int | None = None) -> Engine:
                           plan.source) from None
     engine.precision = plan.precision
     engine.precision_overrides = dict(plan.precision_overrides)
+    engine.tuning = None if plan.tuning is None else [dict(r) for r in plan.tuning]
     return engine

@@ -4,8 +4,9 @@ Target and versions, the GPU (or host) it was built for, with a note where the G
 another (a plan for another arch does not load; one for the same arch with another SM count
 runs, with tiles sized for the other chip), bindings, the kernel table (each kernel's layer and
 buffers; cpu: its outer range; cuda: its grid, block, static shared bytes and the map-to-gpu
-schedule; its precision: the element types of its buffers), the memory plan (arena, lower bound,
-offsets) and the blobs (LLVM IR or PTX, weights). Where one layer has several kernels,
+schedule; its precision: the element types of its buffers), a tuned build's tactics (per
+distinct kernel: the tactic, its time, the default's time, the candidates tried), the memory
+plan (arena, lower bound, offsets) and the blobs (LLVM IR or PTX, weights). Where one layer has several kernels,
 a legend line says why (:data:`LEGEND`).
 """
 
@@ -72,6 +73,32 @@ def _built_for(header: dict) -> list[str]:
     return out
 
 
+def _ms(t) -> str:
+    return "-" if t is None else f"{t * 1e3:.4f} ms"
+
+
+def _tuning(rows) -> list[str]:
+    """A tuned plan's record: per distinct kernel (its key; the layer of its first kernel and
+    how many kernels share it), the tactic chosen and where it came from, its time, the default
+    tactic's time and the candidates tried."""
+    if not rows:
+        return []
+    by = {}
+    for r in rows:
+        by[r["source"]] = by.get(r["source"], 0) + 1
+    out = [f"tuning: {len(rows)} distinct kernels (" + ", ".join(
+        f"{n} {s}" for s, n in sorted(by.items())) + ")"]
+    for r in rows:
+        speed = ""
+        if r.get("time_s") and r.get("default_time_s"):
+            speed = f" ({r['default_time_s'] / r['time_s']:.2f}x the default)"
+        out.append(f"  {r['key']}  layer {r['loc']!r} x{r['kernels']}  tactic {r['tactic']} "
+                   f"[{r['source']}]  time {_ms(r.get('time_s'))}  default "
+                   f"{_ms(r.get('default_time_s'))}{speed}  candidates {r['candidates']}"
+                   + (f", {len(r['rejected'])} rejected" if r.get("rejected") else ""))
+    return out
+
+
 def _report(path, data, header: dict, signed: bool) -> str:
     out = [f"plan {path}: {len(data):,} bytes, format {header.get('format')} "
            f"v{header.get('format_version')}, ptxc {header.get('ptxc_version')}"
@@ -106,6 +133,7 @@ def _report(path, data, header: dict, signed: bool) -> str:
             shape = f"outer range {k.get('trip_count')} ({mode})"
         out.append(f"  {k.get('name')}  layer {k.get('loc')!r}  {shape}  precision "
                    f"{_precision(k, slots)}  buffers {', '.join(names)}")
+    out += _tuning(header.get("tuning"))
     mp = header.get("memory_plan")
     if mp:
         out.append(f"memory plan: arena {mp.get('arena_bytes'):,} bytes, lower bound "

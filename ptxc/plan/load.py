@@ -101,6 +101,7 @@ class LoadedPlan:
     load_seconds: float
     min_parallel_work: int | None = None
     cuda_graph: bool = True
+    tuning: tuple | None = None
 
 
 def read_plan(path, *, key=None) -> LoadedPlan:
@@ -134,7 +135,8 @@ def plan_from_bytes(data, *, source: str = "<plan>") -> LoadedPlan:
     artifact = Artifact(_plan_target(header, source), table, text, globals_, plan,
                         object_code=obj, triple=host["triple"], data_layout=host["data_layout"])
     return LoadedPlan(artifact, options.get("precision", "fp32"), _overrides(options, source),
-                      source, time.perf_counter() - t0, min_parallel_work=work)
+                      source, time.perf_counter() - t0, min_parallel_work=work,
+                      tuning=_tuning(header, source))
 
 
 def _cuda_plan(header: dict, blobs: dict, source: str, t0: float) -> LoadedPlan:
@@ -149,7 +151,31 @@ def _cuda_plan(header: dict, blobs: dict, source: str, t0: float) -> LoadedPlan:
         raise _refuse("header", "a cuda plan without its memory plan", source)
     artifact = Artifact(_plan_target(header, source), table, "", globals_, plan, ptx=ptx)
     return LoadedPlan(artifact, options.get("precision", "fp32"), _overrides(options, source),
-                      source, time.perf_counter() - t0, cuda_graph=options["cuda_graph"])
+                      source, time.perf_counter() - t0, cuda_graph=options["cuda_graph"],
+                      tuning=_tuning(header, source))
+
+
+#: a tuning record's fields and their types (ptxc.tune.tuner.Row.to_json)
+_TUNING_FIELDS = {"key": str, "loc": (str, type(None)), "kernels": int, "tactic": str,
+                  "source": str, "time_s": (int, float, type(None)),
+                  "default_time_s": (int, float, type(None)), "candidates": int,
+                  "rejected": list}
+
+
+def _tuning(header: dict, source: str) -> tuple | None:
+    """The plan's tuning record (a tuned build's), checked; None where it has none. It is
+    information only (the tactics are in the code already): ``inspect`` prints it."""
+    rows = header.get("tuning")
+    if rows is None:
+        return None
+    ok = isinstance(rows, list) and all(
+        isinstance(r, dict) and set(r) == set(_TUNING_FIELDS)
+        and all(isinstance(r[k], t) and not isinstance(r[k], bool) for k, t in
+                _TUNING_FIELDS.items()) for r in rows)
+    if not ok:
+        raise _refuse("header", "the tuning record is not a list of kernel records "
+                      f"({', '.join(_TUNING_FIELDS)})", source)
+    return tuple(rows)
 
 
 # ---- the target: what the plan was built for, and what this machine is ------------------------

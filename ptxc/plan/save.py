@@ -66,6 +66,12 @@ def _overrides_option(engine) -> dict:
     return {"precision_overrides": ov} if ov else {}
 
 
+def _tuning(engine) -> dict:
+    """``{"tuning": [...]}``: a tuned engine's record per distinct kernel (absent otherwise)."""
+    rows = getattr(engine, "tuning", None)
+    return {"tuning": [dict(r) for r in rows]} if rows else {}
+
+
 def _built_for(engine) -> dict:
     """The Target the engine's code was generated for, as plan data (its Artifact's; an engine
     made without one: this host for cpu, the arch's preset GPU for cuda)."""
@@ -88,7 +94,7 @@ def _cuda_plan_to_bytes(engine) -> bytes:
                            "outputs": [_binding(n, t) for n, t in
                                        engine.output_bindings.items()]},
               "kernel_table": engine.kernels.to_json(),
-              "memory_plan": cuda.plan.to_json()}
+              "memory_plan": cuda.plan.to_json(), **_tuning(engine)}
     blobs = [("module", "ptx", np.frombuffer(cuda.ptx.encode("utf-8"), np.uint8))]
     globals_ = cuda.ptx_program.globals
     blobs += [(s.name, "weight", globals_[s.name]) for s in engine.kernels.slots
@@ -119,7 +125,7 @@ def plan_to_bytes(engine) -> bytes:
               "bindings": {"inputs": [_binding(n, t) for n, t in engine.inputs.items()],
                            "outputs": [_binding(n, t) for n, t in
                                        engine.output_bindings.items()]},
-              "kernel_table": engine.kernels.to_json()}
+              "kernel_table": engine.kernels.to_json(), **_tuning(engine)}
     if plan is not None:
         header["memory_plan"] = plan.to_json()
     text = np.frombuffer(prog.text.encode("utf-8"), np.uint8)
