@@ -51,7 +51,12 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 MODELS = ("resnet50", "mobilenet_v2", "bert_layer")
+#: the auto-tuning set (issue 35): beyond the three models the heuristics were timed on
+TUNING_SET = ("resnet50", "mobilenet_v2", "efficientnet_b0", "convnext_tiny",
+              "resnext50_32x4d", "regnet_y_800mf", "vit_b_16", "swin_t", "bert_layer",
+              "gpt2_block")
 BERT = {"seq": 128, "hidden": 768, "heads": 12, "ffn": 3072}
+GPT2 = {"seq": 256, "hidden": 768, "heads": 12, "ffn": 3072}
 
 
 class TimeBoxExceeded(Exception):
@@ -87,8 +92,17 @@ def build_model(name: str, batch: int):
     """(torch module on the GPU in eval mode, input tensor) with fixed random weights."""
     import torch
     torch.manual_seed(0)
-    if name in ("resnet50", "mobilenet_v2"):
+    if name == "bert_layer":
+        model = encoder_layer(batch, **BERT)
+        x = torch.randn(batch, BERT["seq"], BERT["hidden"])
+    elif name == "gpt2_block":
+        model = decoder_block(batch, **GPT2)
+        x = torch.randn(batch, GPT2["seq"], GPT2["hidden"])
+    else:   # any torchvision classifier by its name
         import torchvision
+        if not hasattr(torchvision.models, name):
+            raise ValueError(f"unknown model {name!r}: bert_layer, gpt2_block or a "
+                             "torchvision classifier (resnet50, vit_b_16, ...)")
         model = getattr(torchvision.models, name)(weights=None)
         with torch.no_grad():  # BatchNorm that is not the identity: folding it is checked
             for m in model.modules():
@@ -98,11 +112,6 @@ def build_model(name: str, batch: int):
                     m.running_mean.normal_(0.0, 0.1)
                     m.running_var.uniform_(0.5, 1.5)
         x = torch.randn(batch, 3, 224, 224)
-    elif name == "bert_layer":
-        model = encoder_layer(batch, **BERT)
-        x = torch.randn(batch, BERT["seq"], BERT["hidden"])
-    else:
-        raise ValueError(f"unknown model {name!r}; the models are {', '.join(MODELS)}")
     return model.eval().cuda(), x.cuda()
 
 
@@ -138,6 +147,38 @@ def encoder_layer(batch: int, seq: int, hidden: int, heads: int, ffn: int):
             return self.ln2(x + self.fc2(F.gelu(self.fc1(x))))
 
     return EncoderLayer()
+
+
+def decoder_block(batch: int, seq: int, hidden: int, heads: int, ffn: int):
+    """A GPT-2-small decoder block (pre-LayerNorm, causal self-attention by an additive mask,
+    tanh GELU), written out with constant shapes as encoder_layer is."""
+    import torch
+    import torch.nn.functional as F
+
+    class DecoderBlock(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = torch.nn.LayerNorm(hidden)
+            self.qkv = torch.nn.Linear(hidden, 3 * hidden)
+            self.proj = torch.nn.Linear(hidden, hidden)
+            self.ln2 = torch.nn.LayerNorm(hidden)
+            self.fc1 = torch.nn.Linear(hidden, ffn)
+            self.fc2 = torch.nn.Linear(ffn, hidden)
+            mask = torch.triu(torch.full((seq, seq), -1e4), diagonal=1)
+            self.register_buffer("mask", mask)
+
+        def forward(self, x):
+            d = hidden // heads
+            q, k, v = self.qkv(self.ln1(x)).split(hidden, dim=-1)
+            q = q.reshape(batch, seq, heads, d).transpose(1, 2)
+            k = k.reshape(batch, seq, heads, d).transpose(1, 2)
+            v = v.reshape(batch, seq, heads, d).transpose(1, 2)
+            att = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(d)) + self.mask
+            ctx = torch.matmul(torch.softmax(att, dim=-1), v)
+            x = x + self.proj(ctx.transpose(1, 2).reshape(batch, seq, hidden))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+    return DecoderBlock()
 
 
 def count_flops(model, x) -> int:
@@ -194,11 +235,11 @@ def median_latency(fn, sync, repeat: int, seconds: float) -> tuple[float, int]:
 
 def bench_one(name: str, batch: int, deadline: float, repeat: int, tmp: str,
               precision: str = "fp32", layout: str = "auto", profile: bool = False,
-              options: str = "") -> dict:
+              options: str = "", tuning: str = "off", timing_cache: str | None = None) -> dict:
     import torch
     import ptxc
     row: dict = {"model": name, "batch": batch, "precision": precision, "layout": layout,
-                 "errors": {}, **({"map_options": options} if options else {})}
+                 "tuning": tuning, "errors": {}, **({"map_options": options} if options else {})}
     left = lambda: deadline - time.perf_counter()  # noqa: E731
     sync = torch.cuda.synchronize
 
@@ -244,12 +285,30 @@ def bench_one(name: str, batch: int, deadline: float, repeat: int, tmp: str,
             t0 = time.perf_counter()
             kw = {"layout": layout} if precision == "fp32" else {"precision": precision,
                                                                   "layout": layout}
-            e = ptxc.compile(proto, target="cuda", pass_options=map_options(options), **kw)
+            if tuning != "off":
+                # the untuned build first: its latency is the tuned one's baseline
+                base = ptxc.compile(proto, target="cuda", pass_options=map_options(options),
+                                    cache=False, **kw)
+                row["ptxc_untuned_compile_s"] = time.perf_counter() - t0
+                base_in = {list(base.inputs)[0]: x.contiguous()}
+                base.run_device(base_in)
+                row["ptxc_untuned_ms"] = median_latency(
+                    lambda: base.run_device(base_in), sync, repeat, 5.0)[0] * 1e3
+                del base
+                kw.update(tuning=tuning, timing_cache=timing_cache)
+                t0 = time.perf_counter()
+            e = ptxc.compile(proto, target="cuda", pass_options=map_options(options),
+                             cache=False if tuning != "off" else None, **kw)
             row["ptxc_compile_s"] = time.perf_counter() - t0
             row["ptxc_compile_stages"] = {k: round(v, 3) for k, v in e.timings.items()}
+            if e.tuning:
+                row["tuning_rows"] = e.tuning
+                row["tuned_kernels"] = sum(1 for r in e.tuning if r["tactic"] != "auto")
+            if e.layout is not None:
+                row["ptxc_layout"] = e.layout
             return e
 
-        engine = attempt("ptxc compile", compile_ptxc, 0.4)
+        engine = attempt("ptxc compile", compile_ptxc, 0.6 if tuning != "off" else 0.4)
     if engine is not None:
         in_name = list(engine.inputs)[0]
         out_name = list(engine.outputs)[0]
@@ -404,12 +463,17 @@ def ratio(v) -> str:
     return "—" if v is None else f"{v:.2f}x"
 
 
+def _div(a, b):
+    return None if a is None or not b else a / b
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| model | batch | precision | GFLOP | ptxc compile s | ptxc ms | ptxc out= ms "
              "| eager ms | torch.compile ms | ptxc / eager | ptxc / compile "
              "| ptxc out= / compile | TFLOP/s ptxc / eager / compile | arena MiB "
-             "| max rel err | errors |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
+             "| max rel err | untuned ms | tuned / untuned | tuning s | errors |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:"
+             "|---:|---|"]
     for r in rows:
         arena = (r.get("memory_report") or {}).get("arena_bytes")
         tf = " / ".join(fmt(r.get(f"{w}_tflops"), ".2f") for w in ("ptxc", "eager", "compile"))
@@ -423,7 +487,9 @@ def table(rows: list[dict]) -> str:
             f"| {ratio(r.get('ptxc_over_eager'))} | {ratio(r.get('ptxc_over_compile'))} "
             f"| {ratio(r.get('ptxc_bound_over_compile'))} "
             f"| {tf} | {fmt(None if arena is None else arena / 2**20, '.1f')} "
-            f"| {fmt(r.get('max_rel_err'), '.1e')} | {errs} |")
+            f"| {fmt(r.get('max_rel_err'), '.1e')} | {fmt(r.get('ptxc_untuned_ms'), '.3f')} "
+            f"| {ratio(_div(r.get('ptxc_ms'), r.get('ptxc_untuned_ms')))} "
+            f"| {fmt((r.get('ptxc_compile_stages') or {}).get('tuning'), '.1f')} | {errs} |")
     return "\n".join(lines)
 
 
@@ -470,9 +536,17 @@ def main() -> int:
     ap.add_argument("--map-options", default="",
                     help="map-to-gpu options for ptxc's compiles, e.g. "
                          "'mma-epilogue=staged tiled-min-reduction=16'")
+    ap.add_argument("--tuning", default="off", choices=("off", "fast", "full"),
+                    help="ptxc's auto-tuning (the untuned build is timed too, for the ratio)")
+    ap.add_argument("--timing-cache", default=None,
+                    help="timing cache file for --tuning (a second run reuses it)")
+    ap.add_argument("--tuning-set", action="store_true",
+                    help="the models of the auto-tuning set: " + ",".join(TUNING_SET))
     ap.add_argument("--profile", action="store_true",
                     help="also ptxc's per-kernel profile of each row (CUDA events per kernel)")
     args = ap.parse_args()
+    if args.tuning_set:
+        args.models = ",".join(TUNING_SET)
     t_start = time.perf_counter()
     out_dir = os.environ.get("OUT") or "./bench_out"
     os.makedirs(out_dir, exist_ok=True)
@@ -520,7 +594,8 @@ def main() -> int:
                   f"{left:.0f} s left)", flush=True)
             try:
                 row = bench_one(name, batch, time.perf_counter() + share, args.repeat, tmp,
-                                precision, args.layout, args.profile, args.map_options)
+                                precision, args.layout, args.profile, args.map_options,
+                                args.tuning, args.timing_cache)
             except BaseException as e:  # noqa: BLE001  (a row's failure never ends the run)
                 if isinstance(e, KeyboardInterrupt):
                     raise

@@ -100,6 +100,11 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
     target = options.kind
     key = None
     tuner = _tuner(options)
+    if tuner is not None and tuner.can_measure and options.tuning != "off" and \
+            options.layout == "auto" and precision != "int8":
+        from .tune.layout import choose_layout
+        return choose_layout(model, options,
+                             lambda m, o: compile(m, options=o, cache=cache))
     if tuner is not None:   # the tactics are known after tuning: stored, not looked up
         cache = False if cache is False else "store"
     if cache not in (False, "store") and not options.check_numerics:

@@ -58,6 +58,8 @@ class Engine:
         self.precision = "fp32"
         self.layer_precisions = None  # int8: (layer, precision, why) per conv/gemm/matmul
         self.tuning = None        # tuned builds: per distinct kernel, ptxc.tune.tuner.Row JSON
+        self.layout = None        # tuned builds with layout "auto": the layout measured faster
+        self.layout_times = None  # ... and both layouts' seconds (ptxc.tune.layout)
         self._max_memory = None
         self._explicit_contexts = 0
 

@@ -176,11 +176,13 @@ class Tuner:
     None; ``budget_s``: seconds for measuring (None: no limit); ``jobs``: processes building
     candidates (default: the compile's, ``ptxc.ptx.jobs.default_jobs``); ``can_measure``:
     whether this process may time kernels on ``target`` (default: cpu, or the GPU here is the
-    target's); ``timer``: a fake timer (tests); ``progress``: lines on stderr."""
+    target's); ``executor``: where to measure (:mod:`ptxc.tune.executors`; default: every GPU
+    of this host where it has several, else here); ``timer``: a fake timer (tests, measuring
+    here); ``progress``: lines on stderr."""
 
     def __init__(self, target, level: str = "fast", cache=None, budget_s: float | None = None,
-                 jobs: int | None = None, can_measure: bool | None = None, timer=None,
-                 progress: bool = True, stream=None):
+                 jobs: int | None = None, can_measure: bool | None = None, executor=None,
+                 timer=None, progress: bool = True, stream=None):
         from ..ptx.jobs import default_jobs
         self.target = target
         self.level = check_level(level)
@@ -188,6 +190,7 @@ class Tuner:
         self.budget_s = budget_s
         self.jobs = default_jobs() if jobs is None else jobs
         self.can_measure = _can_measure(target) if can_measure is None else can_measure
+        self.executor = executor
         self.timer = timer
         self.progress = progress
         self.stream = stream if stream is not None else sys.stderr
@@ -197,28 +200,21 @@ class Tuner:
         """``{kernel key: Tactic}`` for the top-level kernels of ``module`` (before
         ``schedule_pass`` ran), per the module docstring; fills :attr:`report`."""
         from .kernels import kernels_of
-        kernels = kernels_of(module)
         groups: dict[str, list] = {}
-        for k in kernels:
+        for k in kernels_of(module):
             groups.setdefault(k.key, []).append(k)
-        tactics: dict[str, Tactic] = {}
-        measured_any = False
-        t0 = time.perf_counter()
-        todo = list(groups.items())
-        for n, (key, ks) in enumerate(todo):
-            first = ks[0]
-            row = self._from_cache(key, first, len(ks), schedule_pass)
-            if row is None and self.level != "off" and self.can_measure and not self._spent(t0):
-                row = self._tune(key, first, len(ks), schedule_pass)
-                measured_any = True
-            if row is None:
-                row = Row(key, first.loc, len(ks), DEFAULT, "heuristic")
-            if row.tactic != DEFAULT:
-                tactics[key] = row.tactic
-            self.report.append(row)
-            self._line(n + 1, len(todo), t0, final=n + 1 == len(todo) and measured_any)
+        rows: dict[str, Row] = {}
+        for key, ks in groups.items():
+            row = self._from_cache(key, ks[0], len(ks), schedule_pass)
+            if row is not None:
+                rows[key] = row
+        todo = [key for key in groups if key not in rows]
+        if todo and self.level != "off" and self.can_measure:
+            self._measure(todo, groups, schedule_pass, rows)
+        self.report = [rows.get(key) or Row(key, ks[0].loc, len(ks), DEFAULT, "heuristic")
+                       for key, ks in groups.items()]
         self._summary()
-        return tactics
+        return {r.key: r.tactic for r in self.report if r.tactic != DEFAULT}
 
     # ---- steps ------------------------------------------------------------------------------
     def _from_cache(self, key, kernel, count, schedule_pass) -> Row | None:
@@ -236,16 +232,36 @@ class Tuner:
         return Row(key, kernel.loc, count, entry.tactic, "cache", entry.time_s,
                    entry.default_time_s, entry.candidates, tuple(entry.rejected))
 
-    def _tune(self, key, kernel, count, schedule_pass) -> Row:
+    def _measure(self, keys, groups, schedule_pass, rows) -> None:
+        """Tune the kernels ``keys`` on the executor; each result joins ``rows`` and the
+        cache as it arrives."""
         from ..ir.printer import print_ir
-        cands = schedule_pass.candidates(kernel.op, self.level)
-        if not cands or cands[0] != DEFAULT:
-            raise TuningError(f"{schedule_pass.name}.candidates must list the default first "
-                              f"(kernel {key}, {kernel.loc})")
-        base = attrs.evolve(schedule_pass, target=None, tactics={})
-        res = tune_kernel(print_ir(kernel.module), key, str(base), self.target.to_dict(),
-                          [c.to_json() for c in cands], RUNS[self.level], self.jobs,
-                          self.timer)
+        from . import executors
+        base = str(attrs.evolve(schedule_pass, target=None, tactics={}))
+        deadline = None if self.budget_s is None else time.time() + self.budget_s
+        tasks = []
+        for key in keys:
+            k = groups[key][0]
+            cands = schedule_pass.candidates(k.op, self.level)
+            if not cands or cands[0] != DEFAULT:
+                raise TuningError(f"{schedule_pass.name}.candidates must list the default "
+                                  f"first (kernel {key}, {k.loc})")
+            tasks.append(executors.task(print_ir(k.module), key, base, self.target.to_dict(),
+                                        [c.to_json() for c in cands], RUNS[self.level],
+                                        self.jobs, deadline))
+        executor = self.executor or _default_executor(self.target, self.timer)
+        t0 = time.perf_counter()
+        for n, (i, res) in enumerate(executor.run(tasks)):
+            key = keys[i]
+            k = groups[key][0]
+            if isinstance(res, Exception):
+                log.warning("tuning kernel %s (%s) failed, the heuristic stays: %s: %s", key,
+                            k.loc, type(res).__name__, res)
+            elif res is not None:
+                rows[key] = self._row(key, k, len(groups[key]), res)
+            self._line(n + 1, len(tasks), t0, final=n + 1 == len(tasks))
+
+    def _row(self, key, kernel, count, res: dict) -> Row:
         tactic = Tactic.from_json(res["tactic"])
         row = Row(key, kernel.loc, count, tactic, "tuned", res["time_s"],
                   res["default_time_s"], res["candidates"], tuple(res["rejected"]))
@@ -255,9 +271,6 @@ class Tuner:
                 tactic=tactic, time_s=row.time_s, default_time_s=row.default_time_s,
                 candidates=row.candidates, rejected=row.rejected, level=self.level))
         return row
-
-    def _spent(self, t0: float) -> bool:
-        return self.budget_s is not None and time.perf_counter() - t0 >= self.budget_s
 
     # ---- reporting --------------------------------------------------------------------------
     def _line(self, done: int, total: int, t0: float, final: bool = False) -> None:
@@ -287,6 +300,16 @@ class Tuner:
                 by.get("heuristic", 0), why)
 
 
+def _default_executor(target, timer):
+    """Every GPU of the host where the target is cuda and there are several, else here."""
+    from . import executors
+    if target.kind == "cuda" and timer is None:
+        gpus = executors.local_gpus()
+        if len(gpus) > 1:
+            return executors.EveryGpu(gpus)
+    return executors.Here(timer)
+
+
 def _validate(tactic: Tactic, kernel, key: str, schedule_pass) -> None:
     """Apply ``tactic`` to a copy of the isolated kernel through the schedule pass: a
     TuningError where it does not apply (unknown option, refused value, a schedule that
@@ -304,9 +327,10 @@ def _validate(tactic: Tactic, kernel, key: str, schedule_pass) -> None:
 
 
 def _can_measure(target) -> bool:
+    """cpu: always (the host is the target); cuda: where the GPU here is the target's (same
+    chip generation and SM count: timings on another GPU would choose for the wrong one)."""
     if target.kind == "cpu":
         return True
     from ..target import device_target
     here = device_target()
-    return here is not None and here.key() == attrs.evolve(target, arch=here.arch).key() \
-        if here is not None else False
+    return here is not None and here.sm == target.sm and here.sms == target.sms
