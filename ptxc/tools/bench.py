@@ -30,6 +30,7 @@ import attrs
 import numpy as np
 
 from ..errors import PtxcError
+from ..driver.timing import runner
 
 
 class Clock(Protocol):
@@ -169,28 +170,6 @@ class BenchResult:
             lines.append(f"{compute}: {ms(self.compute_mean)} mean; host share "
                          f"{self.host_share * 100:.1f}% of the mean latency")
         return "\n".join(lines) + "\n"
-
-
-def runner(engine, feeds: dict):
-    """(fn, compute): ``fn()`` runs one inference as a sample times it; ``compute(n)`` returns
-    the compute seconds of ``n`` more inferences (see the module docstring)."""
-    if engine.target == "cuda":
-        from numba import cuda
-        device = {n: cuda.to_device(np.ascontiguousarray(x)) for n, x in feeds.items()}
-
-        def compute(n):
-            engine.run_device(device)  # the inputs are bound
-            return [ms / 1e3 for ms in engine.program.launch_times(n)]
-        return (lambda: engine.run_device(device)), compute
-
-    def compute(n):
-        out = []
-        for _ in range(n):
-            spans = []
-            engine.program(feeds, on_kernel=lambda i, t0, t1: spans.append(t1 - t0))
-            out.append(sum(spans))
-        return out
-    return (lambda: engine.run(feeds)), compute
 
 
 def bench_engine(engine, feeds: dict, *, model: str = "model", clock: Clock | None = None,

@@ -10,7 +10,7 @@ region), each tuned, and the whole engines are timed on the same inputs; the fas
 build. Its engine records both times (``engine.layout_times``) and the choice
 (``engine.layout``).
 
-What is timed is an inference's compute (the tools' bench: cuda, the device time of the launch
+What is timed is an inference's compute (:mod:`ptxc.driver.timing`: cuda, the device time of the launch
 sequence; cpu, the kernels' wall time), so the transposes a layout implies are in it. Left out:
 int8 builds (their calibration would run twice; they keep the rule), and a model whose two
 builds are the same (no convolution: ``nhwc`` changes nothing), which is built once.
@@ -33,7 +33,7 @@ def engine_compute_seconds(engine, runs: int = RUNS, seed: int = 0) -> float:
     """Median compute seconds of one inference of ``engine`` on seeded random inputs."""
     import numpy as np
 
-    from ..tools.bench import runner
+    from ..driver.timing import runner
     rng = np.random.default_rng(seed)
     feeds = {n: (rng.standard_normal(t.shape) if t.element.is_float else
                  np.zeros(t.shape)).astype(t.element.np_dtype) for n, t in engine.inputs.items()}
