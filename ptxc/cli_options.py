@@ -98,6 +98,10 @@ OPTIONS = {o.dest: o for o in (
     _opt("--tuning-budget", type=float, metavar="SECONDS", dest="tuning_budget_s",
          compile_only=True, field="tuning_budget_s",
          help="stop measuring after this many seconds (the rest: cache or heuristic)"),
+    _opt("--tuning-workers", default="auto", metavar="WHERE", compile_only=True,
+         field="tuning_workers",
+         help="where tuning measures: auto (every GPU of this host where it has several, else "
+         "here), here, every-gpu, ray (a local Ray instance) or ray:ADDRESS (a cluster)"),
     _opt("--input", action="append", metavar="NAME=FILE.npy",
          help="an input from a .npy file (others: seeded random normal)"),
     _opt("--seed", type=int, default=0, help="seed of the random inputs"),
@@ -110,7 +114,7 @@ GROUPS = {
     "compile": ("target", "arch", "precision", "fp16", "int8", "tf32", "precision_override",
                 "layout", "input_shape"),
     "calib": ("calib", "calib_cache"),
-    "tuning": ("tuning", "timing_cache", "tuning_budget_s"),
+    "tuning": ("tuning", "timing_cache", "tuning_budget_s", "tuning_workers"),
     "inputs": ("input", "seed"),
     "tolerance": ("atol", "rtol"),
 }
@@ -329,7 +333,8 @@ def compile_options(args, needs_device: bool = False, cuda_graph_opt: bool = Fal
         check_numerics=getattr(args, "check_numerics", False),
         cuda_graph=not getattr(args, "no_cuda_graph", False),
         tuning=getattr(args, "tuning", "off"), timing_cache=getattr(args, "timing_cache", None),
-        tuning_budget_s=getattr(args, "tuning_budget_s", None), **calib)
+        tuning_budget_s=getattr(args, "tuning_budget_s", None),
+        tuning_workers=getattr(args, "tuning_workers", "auto"), **calib)
 
 
 def compile_from_args(args, needs_device: bool = False, cuda_graph_opt: bool = False):

@@ -30,6 +30,8 @@ def cmd_tune(args) -> int:
                         "ptxc compile --timing-cache F reads a cache without measuring)")
     if args.output:
         check_output_path(args.output, "-o")
+    if args.ray:
+        args.tuning_workers = "ray" if args.ray == "local" else f"ray:{args.ray}"
     engine = compile_from_args(args)
     print("\n".join(_tuning(engine.tuning)))
     print(f"timing cache: {args.timing_cache}")
@@ -45,6 +47,9 @@ def add_tune(sub) -> None:
     add_model(t, plan_ok=False)
     add_options(t, "compile", "calib", "tuning", tuning={"default": "fast"},
                 timing_cache={"required": True})
+    t.add_argument("--ray", metavar="ADDRESS", default=None,
+                   help="measure on the Ray cluster at ADDRESS ('local': a local instance); "
+                   "the same as --tuning-workers ray:ADDRESS")
     t.add_argument("-o", "--output", help="also write the tuned engine to this plan file")
     t.set_defaults(fn=cmd_tune)
 

@@ -37,7 +37,8 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
             precision_overrides: dict | None = None, max_memory: int | None = None,
             pass_options: dict | None = None, stage_passes: dict | None = None,
             tactics: dict | None = None, tuning: str = "off", timing_cache: str | None = None,
-            tuning_budget_s: float | None = None, options: CompileOptions | None = None):
+            tuning_budget_s: float | None = None, tuning_workers: str = "auto",
+            options: CompileOptions | None = None):
     """Compile a model (path, ModelProto, Network or graph module) into an Engine.
 
     ``layout``: ``"auto"`` (the default, :func:`resolve_layout`'s policy: channels-last for
@@ -81,7 +82,9 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
 
     Auto-tuning (:mod:`ptxc.tune`, docs/tuning.md): ``tuning="fast"`` or ``"full"`` times each
     distinct kernel's candidate tactics on the target (cpu: this host; cuda: the GPU here, when
-    it is the target) and keeps the fastest whose output matches the default's;
+    it is the target) and keeps the fastest whose output matches the default's, measuring where
+    ``tuning_workers`` says (``auto``: every GPU of this host where it has several, else here;
+    ``here``; ``every-gpu``; ``ray`` or ``ray:ADDRESS``: Ray tasks);
     ``timing_cache`` (a file) supplies tactics measured before and receives the new ones
     (with ``tuning="off"`` it is only read); ``tuning_budget_s`` bounds the measuring time.
     Where nothing can be measured (a cuda compile without the GPU), kernels take the cache's
@@ -165,7 +168,11 @@ def _tuner(options):
     cache = TimingCache()
     if options.timing_cache is not None and os.path.exists(options.timing_cache):
         cache = TimingCache.load(options.timing_cache)
-    return Tuner(options.target, options.tuning, cache, budget_s=options.tuning_budget_s)
+    from .tune.executors import executor_for
+    executor = None if options.tuning_workers == "auto" else \
+        executor_for(options.tuning_workers, options.kind)
+    return Tuner(options.target, options.tuning, cache, budget_s=options.tuning_budget_s,
+                 executor=executor)
 
 
 def _save_timing_cache(tuner, path) -> None:

@@ -286,6 +286,7 @@ class CompileOptions:
     tuning: str = "off"
     timing_cache: str | None = None
     tuning_budget_s: float | None = None
+    tuning_workers: str = "auto"
 
     def __attrs_post_init__(self):
         from .rewrite.passes.precision import check_precision
@@ -302,6 +303,8 @@ class CompileOptions:
         _valid(self.max_memory)
         from .tune.tuner import check_level
         check_level(self.tuning)
+        from .tune.executors import check_workers
+        check_workers(self.tuning_workers)
         if self.tuning_budget_s is not None and not (
                 isinstance(self.tuning_budget_s, (int, float)) and self.tuning_budget_s > 0):
             raise CompileError(f"tuning_budget_s must be a number of seconds > 0, is "
@@ -317,7 +320,8 @@ class CompileOptions:
              max_memory: int | None = None, calibration=None,
              calibration_cache: str | None = None, tactics: dict | None = None,
              tuning: str = "off", timing_cache: str | None = None,
-             tuning_budget_s: float | None = None) -> "CompileOptions":
+             tuning_budget_s: float | None = None,
+             tuning_workers: str = "auto") -> "CompileOptions":
         """Options from names: ``target`` ``"cpu"`` (this host), ``"cuda"`` (``Target.resolve
         (arch)``: ``arch``, else ``PTXC_CUDA_ARCH``, else the GPU here, else sm_90; a build for
         another GPU needs none) or ``"auto"`` (cuda where ``arch`` is given or a GPU is
@@ -337,7 +341,8 @@ class CompileOptions:
                    pass_options=pass_options, check_numerics=check_numerics, threads=threads,
                    cuda_graph=cuda_graph, max_memory=max_memory, calibration=calibration,
                    calibration_cache=calibration_cache, tactics=tactics, tuning=tuning,
-                   timing_cache=timing_cache, tuning_budget_s=tuning_budget_s)
+                   timing_cache=timing_cache, tuning_budget_s=tuning_budget_s,
+                   tuning_workers=tuning_workers)
 
     @classmethod
     def from_call(cls, where: str, options: "CompileOptions | None", keywords: dict,

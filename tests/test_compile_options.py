@@ -45,7 +45,7 @@ NOT_TAKEN = {
     # the engine's runtime options and int8 calibration: explore builds no engine
     "explore": {"threads", "cuda_graph", "max_memory", "calibration", "calibration_cache",
                 # tuning measures and builds engines; explore shows IR (options= takes tactics)
-                "tactics", "tuning", "timing_cache", "tuning_budget_s"},
+                "tactics", "tuning", "timing_cache", "tuning_budget_s", "tuning_workers"},
     # bisect compares fp32 graphs; it takes the pipeline, the shapes and the target
     "bisect": set(OPTIONS) - {"graph_passes", "input_shapes", "target", "arch"},
 }

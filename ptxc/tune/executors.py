@@ -142,6 +142,31 @@ def _ray_task(t: dict):
     return run_task(dict(t, jobs=1))
 
 
+#: ``tuning_workers=``: where kernels are measured
+WORKERS = ("auto", "here", "every-gpu", "ray")
+
+
+def check_workers(value: str) -> str:
+    """``auto`` (every GPU of the host where it has several, else here), ``here``,
+    ``every-gpu``, ``ray`` (a local Ray instance) or ``ray:ADDRESS`` (a cluster)."""
+    if not isinstance(value, str) or value.split(":", 1)[0] not in WORKERS or \
+            (":" in value and not value.startswith("ray:")):
+        raise TuningError(f"tuning_workers={value!r}: one of auto, here, every-gpu, ray or "
+                          "ray:ADDRESS")
+    return value
+
+
+def executor_for(workers: str, kind: str, timer=None):
+    """The executor ``tuning_workers`` names, for a target of ``kind``."""
+    check_workers(workers)
+    if workers.startswith("ray"):
+        return Ray(workers[4:] or "local", kind)
+    if workers == "every-gpu" or (workers == "auto" and kind == "cuda" and timer is None
+                                  and len(local_gpus()) > 1):
+        return EveryGpu(local_gpus())
+    return Here(timer)
+
+
 def local_gpus() -> list[int]:
     """The GPU ordinals of this host (numba's view; empty without a GPU)."""
     try:

@@ -302,12 +302,8 @@ class Tuner:
 
 def _default_executor(target, timer):
     """Every GPU of the host where the target is cuda and there are several, else here."""
-    from . import executors
-    if target.kind == "cuda" and timer is None:
-        gpus = executors.local_gpus()
-        if len(gpus) > 1:
-            return executors.EveryGpu(gpus)
-    return executors.Here(timer)
+    from .executors import executor_for
+    return executor_for("auto", target.kind, timer)
 
 
 def _validate(tactic: Tactic, kernel, key: str, schedule_pass) -> None:
