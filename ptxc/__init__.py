@@ -52,5 +52,5 @@ __all__ = [
     "PtxcError", "ModelError", "UnsupportedOpError", "ShapeInputError", "ParseError",
     "BindingError", "CompileError", "VerifyError", "NumericsError", "PlanError", "DeviceError",
     "OutOfMemoryError", "CalibrationError", "CalibrationCacheError", "RunError",
-    "IndexOutOfRangeError", "PrecisionError", "load",
+    "IndexOutOfRangeError", "PrecisionError", "TuningError", "TimingCacheError", "load",
 ]
