@@ -2,6 +2,7 @@
 
     tactic.py    Tactic: one way to generate one kernel (the schedule pass's options, per kernel)
     kernels.py   the top-level kernels of a loop module, each isolated in a module, and its key
+    cache.py     the timing cache: the tactic kept per (device, kernel), saved, loaded, merged
 
 TensorRT builds with measurement: for each layer it times the candidate implementations
 ("tactics") on the target GPU and keeps the fastest, recording the timings in a timing cache.
