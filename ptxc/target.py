@@ -260,6 +260,24 @@ def device_target() -> Target | None:
         l2_bytes=int(dev.L2_CACHE_SIZE), features=features_for(10 * major + minor))
 
 
+def chip_name(target: Target) -> str:
+    """A cuda target's chip as one name, whether it was read from the driver ("NVIDIA H100 80GB
+    HBM3") or is a preset ("h100-sxm"): the preset whose family (the part of its name before
+    a dash: h100, h200, a100, l4, ...) appears in the name, with the same arch generation and SM
+    count; else the name as given. Timing caches key on it, so a cache tuned on a GPU serves a
+    build for its preset without one. Example: "NVIDIA H100 80GB HBM3", sm_90, 132 SMs ->
+    "h100-sxm"; "NVIDIA H100 PCIe", 114 SMs -> "h100-pcie"; "NVIDIA GH200 480GB" -> itself."""
+    if target.kind != "cuda" or target.name in PRESETS:
+        return target.name
+    import re
+    words = re.findall(r"[a-z0-9]+", target.name.lower())
+    words += [a + b for a, b in zip(words, words[1:])]     # "RTX 4090" -> rtx4090
+    for name, p in PRESETS.items():
+        if p.name.split("-")[0] in words and p.sm == target.sm and p.sms == target.sms:
+            return name
+    return target.name
+
+
 def device_arch() -> str | None:
     """The CUDA arch of the current GPU ("sm_90"), or None when there is none."""
     t = device_target()

@@ -376,3 +376,20 @@ def test_fuzzed_file_gives_a_cache_or_a_timing_cache_error(tmp_path, flips, cut)
         assert TimingCache.load(tmp_path / "resaved.timing") == c
     skipped = TimingCache.load(p, on_error="skip")
     assert c is None or skipped == c
+
+
+@pytest.mark.parametrize("driver_name, preset", [
+    ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H200", "h200"),
+    ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA GeForce RTX 4090", "rtx4090")])
+def test_a_gpu_read_from_the_driver_shares_entries_with_its_preset(driver_name, preset):
+    """A cache tuned on the GPU (its driver's name) serves a build for the preset without one;
+    another chip of the same arch and SM count (GH200) does not."""
+    from ptxc.target import chip_name
+    p = Target.preset(preset)
+    here = attrs.evolve(p, name=driver_name)
+    assert chip_name(here) == preset
+    c = TimingCache()
+    c.put(here, "0123456789abcdef", Entry(Tactic("pointwise", {"block_size": 128}), 1.0, 2.0, 3))
+    assert c.get(p, "0123456789abcdef") is not None
+    other = attrs.evolve(p, name="NVIDIA GH200 480GB")
+    assert chip_name(other) == "NVIDIA GH200 480GB" and c.get(other, "0123456789abcdef") is None

@@ -111,13 +111,15 @@ def _host_features_hash() -> str:
 
 def device_key(target: Target) -> dict:
     """What a timing depends on besides the kernel (module docstring): ``kind``, ``device``
-    (the target's name), ``arch``, ``sms``, ``ptxc`` (the version); on cpu also
+    (the chip, :func:`ptxc.target.chip_name`: a GPU read from the driver and its preset have
+    one name), ``arch``, ``sms``, ``ptxc`` (the version); on cpu also
     ``cpu_features`` (16 hex digits of this host's feature string: a cpu target is this
     host)."""
     from .. import __version__
     if not isinstance(target, Target):
         raise TuningError(f"timing cache: a device key is made of a Target, not {target!r}")
-    key = {"kind": target.kind, "device": target.name, "arch": target.arch,
+    from ..target import chip_name
+    key = {"kind": target.kind, "device": chip_name(target), "arch": target.arch,
            "sms": target.sms, "ptxc": __version__}
     if target.kind == "cpu":
         key["sms"] = 0
