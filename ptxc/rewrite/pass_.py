@@ -72,7 +72,8 @@ class Pass:
         opts = []
         for f in attrs.fields(type(self)):
             v = getattr(self, f.name)
-            if f.default is attrs.NOTHING or v != f.default:
+            default = f.default.factory() if isinstance(f.default, attrs.Factory) else f.default
+            if default is attrs.NOTHING or v != default:
                 opts.append(f"{f.name.replace('_', '-')}={format_option(v)}")
         return self.name + ("{" + " ".join(opts) + "}" if opts else "")
 

@@ -237,7 +237,7 @@ class Tuner:
         cache as it arrives."""
         from ..ir.printer import print_ir
         from . import executors
-        base = str(attrs.evolve(schedule_pass, target=None, tactics={}))
+        base = _pass_text(schedule_pass)
         deadline = None if self.budget_s is None else time.time() + self.budget_s
         tasks = []
         for key in keys:
@@ -298,6 +298,18 @@ class Tuner:
                 "tuning: %d distinct kernels: %d tuned, %d from the timing cache, %d by the "
                 "heuristic%s", len(self.report), by.get("tuned", 0), by.get("cache", 0),
                 by.get("heuristic", 0), why)
+
+
+def _pass_text(p) -> str:
+    """The schedule pass as pipeline text, its object fields (``target``, ``tactics``: set
+    again where the candidate is built) at their defaults."""
+    fields = attrs.fields_dict(type(p))
+    reset = {}
+    for name in ("target", "tactics"):
+        if name in fields:
+            d = fields[name].default
+            reset[name] = d.factory() if isinstance(d, attrs.Factory) else d
+    return str(attrs.evolve(p, **reset))
 
 
 def _default_executor(target, timer):

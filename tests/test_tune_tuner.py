@@ -1,0 +1,127 @@
+"""The Tuner over a whole module (ptxc/tune/tuner.py): one measurement per distinct kernel key,
+the timing cache filled and then used (nothing measured the second time), a stale cached
+tactic skipped with a warning and re-tuned, the budget respected, a target that cannot be
+measured here taking the cache or the heuristic and saying so; and the tactics it chooses
+reach the schedule pass through the compile spine."""
+
+import logging
+
+import attrs
+import pytest
+
+from ptxc.pipeline import run_stages, CompileOptions
+from ptxc.target import Target
+from ptxc.tune.cache import Entry, TimingCache
+from ptxc.tune.kernels import kernels_of
+from ptxc.tune.tactic import Tactic
+from ptxc.tune.tuner import Tuner
+
+from support.tune_schedule import fc_module, test_schedule
+
+FAKE = {"auto": 1.0, "auto{variant=1}": 0.9, "auto{wrong=true}": 0.1, "auto{variant=2}": 0.5}
+
+
+def _timer(calls):
+    def timer(tactic, bench, inputs, runs):
+        calls.append(str(tactic))
+        return [FAKE[str(tactic)]] * runs
+    return timer
+
+
+def _tuner(cache, calls, **kw):
+    from ptxc.tune.executors import Here
+    return Tuner(Target.host(), "fast", cache, jobs=1, executor=Here(_timer(calls)),
+                 progress=False, **kw)
+
+
+def test_one_measurement_per_key_then_the_cache():
+    m = fc_module(layers=3)
+    keys = {k.key for k in kernels_of(m)}
+    cache, calls = TimingCache(), []
+    t = _tuner(cache, calls)
+    tactics = t.choose_tactics(m, test_schedule())
+    assert set(tactics) == keys and set(tactics.values()) == {Tactic("auto", {"variant": 2})}
+    assert len(calls) == 3 * len(keys)                       # the wrong candidate is not timed
+    assert sum(r.kernels for r in t.report) == len(kernels_of(m))
+    assert {r.source for r in t.report} == {"tuned"} and len(cache) == len(keys)
+    again, calls2 = _tuner(cache, []), []
+    assert again.choose_tactics(m, test_schedule()) == tactics
+    assert calls2 == [] and {r.source for r in again.report} == {"cache"}
+
+
+def test_a_stale_cached_tactic_is_skipped_and_retuned(caplog):
+    m = fc_module()
+    (key,) = {k.key for k in kernels_of(m)}
+    cache = TimingCache()
+    cache.put(Target.host(), key, Entry(Tactic("auto", {"no_such_option": 1}), 0.1, 1.0, 4))
+    calls = []
+    with caplog.at_level(logging.WARNING, logger="ptxc.tune"):
+        tactics = _tuner(cache, calls).choose_tactics(m, test_schedule())
+    assert "is skipped" in caplog.text and "no_such_option" in caplog.text
+    assert tactics == {key: Tactic("auto", {"variant": 2})} and calls
+
+
+def test_the_budget_leaves_the_rest_to_the_heuristic():
+    m = fc_module()
+    t = _tuner(TimingCache(), [], budget_s=1e-9)
+    assert t.choose_tactics(m, test_schedule()) == {}
+    assert {r.source for r in t.report} == {"heuristic"}
+
+
+def test_without_measurement_the_cache_or_the_heuristic_and_the_log_says_so(caplog):
+    m = fc_module()
+    cache, calls = TimingCache(), []
+    _tuner(cache, calls).choose_tactics(m, test_schedule())
+    with caplog.at_level(logging.INFO, logger="ptxc.tune"):
+        t = _tuner(cache, calls, can_measure=False)
+        assert t.choose_tactics(m, test_schedule())
+        t2 = _tuner(TimingCache(), calls, can_measure=False)
+        assert t2.choose_tactics(m, test_schedule()) == {}
+    assert {r.source for r in t.report} == {"cache"}
+    assert {r.source for r in t2.report} == {"heuristic"}
+    assert "no measurement" in caplog.text and "1 by the heuristic" in caplog.text
+
+
+def test_the_spine_gives_the_chosen_tactics_to_the_schedule_pass():
+    """run_stages(tuner=...) calls the tuner before the schedule pass and the pass receives the
+    tactics: with the 'wrong' tactic forced by a fake cache, the output is visibly doubled."""
+    from ptxc.ir.interpreter import interpret
+    import numpy as np
+    loop = fc_module()
+    (key,) = {k.key for k in kernels_of(loop)}
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    base = interpret(loop, {"x": x})["y"]
+
+    class Forced:
+        report = []
+
+        def choose_tactics(self, module, schedule_pass):
+            self.seen = schedule_pass.name
+            return {key: Tactic("auto", {"wrong": True})}
+
+    test_schedule()
+    from ptxc.frontend.load import as_module
+    from support.tune_schedule import fc_net
+    m = as_module(fc_net())
+    opts = CompileOptions.make("cpu", stage_passes={"loop": "lower-tensor-to-loop,"
+                                                    "test-tune-schedule"})
+    forced = Forced()
+    run_stages(m, "loop", opts, tuner=forced, progress=None)
+    assert forced.seen == "test-tune-schedule"
+    got = interpret(m, {"x": x})["y"]
+    assert np.allclose(got, 2 * base) and not np.allclose(got, base)
+
+
+def test_tuning_options_are_checked():
+    from ptxc.errors import TuningError
+    with pytest.raises(TuningError, match="levels are off, fast, full"):
+        CompileOptions.make("cpu", tuning="fastest")
+    with pytest.raises(TuningError, match="tuning_workers"):
+        CompileOptions.make("cpu", tuning_workers="cluster")
+    with pytest.raises(Exception, match="tuning_budget_s"):
+        CompileOptions.make("cpu", tuning_budget_s=-1)
+    o = CompileOptions.make("cpu", tactics={"0123456789abcdef": "auto{variant=2}"})
+    assert o.tactics["0123456789abcdef"] == Tactic("auto", {"variant": "2"})
+    assert o.cache_key() != CompileOptions.make("cpu").cache_key()
+    assert attrs.evolve(o, tuning="fast").cache_key() == o.cache_key()
