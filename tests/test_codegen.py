@@ -78,6 +78,26 @@ def test_cuda_build_for_another_gpu_needs_none():
     assert engine.memory_report()["arena_bytes"] == a.memory_plan.arena_bytes
 
 
+def test_a_wgmma_build_says_it_is_for_sm_90a():
+    """A program with a wgmma kernel is PTX for sm_90a (wgmma is sm_90a's alone): the
+    Artifact's target must say so, and so must the engine and the plan made of it, or they
+    describe code for an sm_90 that the PTX is not."""
+    from support.contraction_ir import matmul_model
+    from test_gpu_map_wgmma import mapped
+    from ptxc.plan.format import decode_plan
+    from ptxc.plan.save import plan_to_bytes
+    target = Target.preset("sm_90")
+    m, _, _ = mapped(matmul_model(M=64, K=64, N=64, trans_b=True))   # map-to-gpu{wgmma=on}
+    a = build(m, target)
+    assert any(k.schedule == "wgmma" for k in a.table.kernels)
+    assert ".target sm_90a" in a.ptx
+    assert a.arch == a.target.arch == "sm_90a" and a.target.sms == target.sms
+    engine = Engine.from_artifact(a)
+    assert engine.arch == "sm_90a"
+    header, _ = decode_plan(plan_to_bytes(engine))
+    assert header["arch"] == header["built_for"]["arch"] == "sm_90a"
+
+
 def test_build_takes_a_target():
     m = run_stages(as_module(repeated_convs()), "loop")
     with pytest.raises(CompileError, match="ptxc.target.Target"):

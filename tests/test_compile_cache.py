@@ -3,8 +3,10 @@ options, another model or a changed pipeline compile; PTXC_CACHE=0 turns it off;
 entry is ignored and replaced."""
 
 import os
+import time
 
 import numpy as np
+import pytest
 
 import ptxc
 import ptxc.compiler as compiler
@@ -82,3 +84,58 @@ def test_cache_dir_follows_xdg(monkeypatch, tmp_path):
     monkeypatch.delenv("PTXC_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache.cache_dir() == os.path.join(str(tmp_path), "ptxc")
+
+
+def test_a_cached_compile_keeps_its_runtime_options(tmp_path, monkeypatch):
+    """max_memory is left out of the key (it is applied to the engine): a compile served from
+    the cache must apply it as a fresh compile does, refusing a budget the engine does not fit
+    (engine_bytes: weights, arena and bindings, as test_memory_limit checks them)."""
+    from ptxc.driver.memory_limit import engine_bytes
+    from ptxc.errors import CompileError
+    _on(monkeypatch, tmp_path)
+    model = save(cbr_model(), tmp_path / "m.onnx")
+    calls = _count_compiles(monkeypatch)
+    need = engine_bytes(ptxc.compile(model, target="cpu"))["total"]
+    assert len(calls) == 1
+    a = ptxc.compile(model, target="cpu", max_memory=need)
+    assert len(calls) == 1 and a.max_memory == need              # from the cache
+    with pytest.raises(CompileError, match="max_memory"):
+        ptxc.compile(model, target="cpu", max_memory=need - 1)  # from the cache too
+    assert len(calls) == 1
+    assert ptxc.compile(model, target="cpu").max_memory is None
+
+
+def _wide_model(seed: int, path):
+    """A matmul with a 1 MiB weight: each plan of it is over 1 MiB, so PTXC_CACHE_MAX_MB counts
+    whole entries."""
+    from onnx import TensorProto, helper, numpy_helper
+    w = np.random.default_rng(seed).standard_normal((256, 1024)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "wide",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1024])],
+                          [numpy_helper.from_array(w, "w")])
+    return save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def test_the_cache_evicts_the_least_recently_used_entry(tmp_path, monkeypatch):
+    """Over PTXC_CACHE_MAX_MB the least recently *used* entry goes: an entry loaded since it
+    was written counts from its last use, so the model compiled first but used last stays."""
+    _on(monkeypatch, tmp_path)
+    monkeypatch.setenv("PTXC_CACHE_MAX_MB", "3")
+    a, b, c = (_wide_model(i, tmp_path / f"{n}.onnx") for i, n in enumerate("abc"))
+    calls = _count_compiles(monkeypatch)
+    ptxc.compile(a, target="cpu")
+    ptxc.compile(b, target="cpu")
+    entries = sorted((tmp_path / "cache").iterdir(), key=os.path.getmtime)
+    assert len(entries) == 2 and all(e.stat().st_size > 1 << 20 for e in entries)
+    now = time.time()
+    for age, e in zip((300, 200), entries):      # a written long ago, b a while after
+        os.utime(e, (now - age, now - age))
+    ptxc.compile(a, target="cpu")                # a used now: b is the least recently used
+    assert len(calls) == 2
+    ptxc.compile(c, target="cpu")                # three entries pass 3 MiB: one goes
+    assert len(calls) == 3 and len(os.listdir(tmp_path / "cache")) == 2
+    ptxc.compile(a, target="cpu")
+    assert len(calls) == 3                       # a stayed
+    ptxc.compile(b, target="cpu")
+    assert len(calls) == 4                       # b went

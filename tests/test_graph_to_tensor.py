@@ -384,6 +384,34 @@ def test_gather():
     check("Gather", [("D", rand(4, 3)), "I"], {"I": np.array(2, np.int64)}, axis=0)
 
 
+def _scatter_elements(data, idx, upd, axis, reduction):
+    """ONNX ScatterElements written out in numpy: each update at its own coordinates, the
+    axis one replaced by its (wrapped) index; the points no index names keep the data."""
+    out = data.copy()
+    combine = {"none": lambda a, b: b, "add": np.add, "mul": np.multiply, "max": np.maximum,
+               "min": np.minimum}[reduction]
+    for pos in np.ndindex(*idx.shape):
+        at = list(pos)
+        at[axis] = int(idx[pos]) % data.shape[axis]
+        out[tuple(at)] = combine(out[tuple(at)], upd[pos])
+    return out
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_scatter_elements_updates_nothing_past_the_indices_extent(reduction):
+    """The indices of ScatterElements may be shorter than the data along the other axes too
+    (here 3 of 4 columns, 2 of 3 rows): the points past their extent get no update. Against
+    numpy, on the lowered module (no index repeats along the axis: any order is right)."""
+    for data, idx, axis in ((rand(5, 4), np.array([[0, 4, 2], [3, 1, -1]], np.int64), 0),
+                            (rand(3, 6), np.array([[5, 0], [-2, 1]], np.int64), 1)):
+        upd = rand(*idx.shape)
+        m = check("ScatterElements", [("D", data), ("I", idx), ("U", upd)], axis=axis,
+                  reduction=reduction)
+        got = interpret(m, {"D": data, "I": idx, "U": upd})["y0"]
+        np.testing.assert_allclose(got, _scatter_elements(data, idx, upd, axis, reduction),
+                                   rtol=1e-6, atol=0)
+
+
 def test_reshape_family_transpose_tile_expand():
     check("Reshape", [("X", rand(2, 3, 4)), "s"], {"s": np.array([4, -1], np.int64)})
     check("Flatten", [("X", rand(2, 3, 4))], axis=2)

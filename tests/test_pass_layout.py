@@ -330,7 +330,7 @@ def test_matmul_siblings_merge_along_the_last_axis_before_the_first_reader():
         const("w1", [1, 2, 3, 4, 5, 6], (3, 2)),
         f'%m1 = "graph.matmul"(%x, %w1) : ({a}, tensor<3x2xf32>) -> tensor<2x1x2xf32> '
         f'loc("mm_1")',
-        f'%r1 = "graph.relu"(%m1) : (tensor<2x1x2xf32>) -> tensor<2x1x2xf32> loc("relu_2")',
+        '%r1 = "graph.relu"(%m1) : (tensor<2x1x2xf32>) -> tensor<2x1x2xf32> loc("relu_2")',
         const("w2", [7, 8, 9], (3, 1)),
         f'%m2 = "graph.matmul"(%x, %w2) : ({a}, tensor<3x1xf32>) -> tensor<2x1x1xf32> '
         f'loc("mm_3")',
@@ -401,6 +401,7 @@ def test_fused_convs_with_equal_epilogues_merge_and_keep_the_epilogue():
 @pytest.mark.parametrize("case, reason", [
     ("strides", "conv_3 and conv_5 read the same input but differ in strides"),
     ("pads", "conv_3 and conv_5 read the same input but differ in pads"),
+    ("dilations", "conv_3 and conv_5 read the same input but differ in dilations"),
     ("group", "conv_3 and conv_5 read the same input but conv_5 is a grouped convolution "
               "(group 2)"),
     ("weights", "conv_3 and conv_5 read the same input but conv_5's weights are not constant"),
@@ -417,6 +418,9 @@ def test_merge_siblings_declines_and_says_why(case, reason):
     elif case == "pads":
         second = conv("b", "x", "w2", wt, loc="conv_5", yt="tensor<1x2x4x4xf32>",
                       attrs=CONV_ATTRS.replace("pads = [0, 0, 0, 0]", "pads = [1, 1, 1, 1]"))
+    elif case == "dilations":  # (a 1x1 kernel: the same shape, the merge itself would pass)
+        second = conv("b", "x", "w2", wt, loc="conv_5",
+                      attrs=CONV_ATTRS.replace("dilations = [1, 1]", "dilations = [2, 2]"))
     elif case == "group":
         second = conv("b", "x", "w2", "tensor<2x1x1x1xf32>", loc="conv_5",
                       attrs=CONV_ATTRS.replace("group = 1", "group = 2"))
@@ -434,6 +438,30 @@ def test_merge_siblings_declines_and_says_why(case, reason):
     assert got[0] == reason
     if case != "weights" and case != "group":
         assert len(got) == 2 and got[1].startswith("conv_5 and conv_3 read the same input but ")
+
+
+def test_sibling_convs_that_differ_only_in_dilation_match_onnxruntime():
+    """Two 3x3 convs of one input with the same strides and pads and dilations 1 and 2 (an
+    ASPP-like pair) compute different windows and shapes: they stay apart, and the compiled
+    model matches onnxruntime."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 3, 9, 9)).astype(np.float32)
+    ws = [rng.standard_normal((4, 3, 3, 3)).astype(np.float32) for _ in range(2)]
+    nodes = [helper.make_node("Conv", ["x", f"w{d}"], [f"y{d}"], kernel_shape=[3, 3],
+                              pads=[2, 2, 2, 2], dilations=[d, d]) for d in (1, 2)]
+    g = helper.make_graph(
+        nodes, "aspp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 9])],
+        [helper.make_tensor_value_info("y1", TensorProto.FLOAT, [1, 4, 11, 11]),
+         helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1, 4, 9, 9])],
+        [numpy_helper.from_array(w, f"w{d}") for d, w in zip((1, 2), ws)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = dict(zip(["y1", "y2"], sess.run(None, {"x": x})))
+    got = ptxc.compile(model, target="cpu", cache=False).run({"x": x})
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-4, err_msg=k)
 
 
 def test_fused_siblings_with_epilogue_inputs_stay_apart():

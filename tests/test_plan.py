@@ -119,6 +119,22 @@ def test_round_trip_same_bits_without_the_compiler(name, tmp_path, monkeypatch):
     assert plan_to_bytes(loaded) == path.read_bytes()
 
 
+def test_a_loaded_plan_keeps_the_runtime_options_it_was_saved_with(tmp_path):
+    """A cpu plan records the engine's min_parallel_work (the work under which a kernel runs
+    on one thread); the loaded engine runs with that value, not the runtime's default, and so
+    saves to the same bytes."""
+    m, inputs, _ = PROGRAMS["weights"]()
+    engine = Engine.from_artifact(build(m, Target.host()), min_parallel_work=7)
+    data = plan_to_bytes(engine)
+    header, _ = split(data)
+    assert header["options"]["min_parallel_work"] == 7
+    (tmp_path / "m.plan").write_bytes(data)
+    for loaded in (engine_from_plan(data), ptxc.load(tmp_path / "m.plan")):
+        assert loaded.program.min_parallel_work == 7
+        assert plan_to_bytes(loaded) == data
+        assert loaded.run(inputs)["y"].tobytes() == engine.run(inputs)["y"].tobytes()
+
+
 def test_compiled_model_round_trip(tmp_path, monkeypatch):
     """ptxc.compile end to end (a conv with weights, relu, max pool), saved and loaded with the
     compiler disabled: the same bits."""
@@ -187,6 +203,52 @@ def test_memory_plan_round_trip(tmp_path):
     # a plan for other scratch buffers is refused
     bad = edited(data, lambda h: h["memory_plan"]["buffers"][0].update(size=8, first=0))
     refused(bad, "header", "memory plan")
+
+
+def _plan_sharing_live_bytes(plan: dict) -> dict:
+    """``plan`` (a memory plan's JSON) edited so that two buffers the kernels use at one step
+    share bytes, and consistent in itself: the earlier one's lifetime is cut to end before the
+    later one's first use and the later one moved onto it; arena, lower bound and no-reuse
+    sizes recomputed here by hand. Only the kernel table says the edit is a lie."""
+    from ptxc.codegen.memory_plan import MemoryPlan
+    n = len(plan["buffers"])
+    for i in range(n):
+        for j in range(n):
+            d = json.loads(json.dumps(plan))
+            a, b = d["buffers"][i], d["buffers"][j]
+            roots = [r for r in d["buffers"]
+                     if r["alias_of"] is None and r["first"] >= 0 and r["size"]]
+            if not (a in roots and b in roots and a["first"] < b["first"] <= a["last"]
+                    and a["offset"] != b["offset"]):
+                continue
+            a["last"] = b["first"] - 1
+            b["offset"] = a["offset"]
+            al = d["alignment"]
+            size = lambda r: -(-r["size"] // al) * al  # noqa: E731
+            d["arena_bytes"] = max(r["offset"] + size(r) for r in roots)
+            d["no_reuse_bytes"] = sum(size(r) for r in roots)
+            steps = range(min(r["first"] for r in roots), max(r["last"] for r in roots) + 1)
+            d["lower_bound_bytes"] = max(sum(size(r) for r in roots
+                                             if r["first"] <= t <= r["last"]) for t in steps)
+            try:
+                MemoryPlan.from_json(d)                # a valid plan in itself
+            except PlanError:
+                continue                               # it overlaps a third buffer: next pair
+            return d
+    raise AssertionError("no two buffers of this plan can be made to share bytes")
+
+
+def test_a_memory_plan_edited_in_its_lifetimes_alone_is_refused(cuda_good):
+    """A plan's memory plan must match the kernel table's scratch buffers in lifetimes too, not
+    only in names and sizes: two buffers live at one step, placed on the same bytes by a plan
+    whose lifetimes were edited to be disjoint (checksum recomputed), would corrupt each other.
+    Loading refuses it (cause "header"); on cpu nothing else would before the first run (the
+    arena's own check, a CompileError there)."""
+    m, _, _ = PROGRAMS["softmax"]()
+    for data in (plan_to_bytes(cpu_engine(m)), cuda_good):
+        header, _ = split(data)
+        bad = _plan_sharing_live_bytes(header["memory_plan"])
+        refused(edited(data, lambda h: h.update(memory_plan=bad)), "header", "memory plan")
 
 
 def test_engine_save_and_ptxc_load_api(weights_engine, tmp_path):
@@ -301,6 +363,25 @@ def test_blob_out_of_bounds_or_ill_formed(good):
     refused(edited(good, lambda h: h.update(data_bytes=h["data_bytes"] + 64)), "truncated")
     end = max(b["offset"] + b["nbytes"] for b in split(good)[0]["blobs"])
     refused(edited(good, lambda h: h.update(data_bytes=end)), "header", "describes")
+
+
+def test_a_blob_table_in_any_order_loads(weights_engine, good):
+    """The blob table's order is not the blobs' order in the section: a plan that lists them
+    in reverse (offsets unchanged) is the same plan, loads and runs alike; the overlap check
+    compares the blobs by offset, so a weight moved onto the module's bytes is still refused
+    whatever its place in the table."""
+    engine, inputs = weights_engine
+    header, _ = split(good)
+    assert len(header["blobs"]) >= 3
+    rev = edited(good, lambda h: h["blobs"].reverse())
+    assert rev != good
+    assert engine_from_plan(rev).run(inputs)["y"].tobytes() == engine.run(inputs)["y"].tobytes()
+
+    def onto_module(h):
+        h["blobs"].reverse()
+        _blob(h, "w").update(offset=_blob(h, "module")["offset"] + 64)
+    assert _blob(header, "module")["nbytes"] > 64 + 96
+    refused(edited(good, onto_module), "blob", "overlap")
 
 
 def test_another_version(good):

@@ -173,6 +173,21 @@ def test_a_plan_with_a_damaged_object_and_a_recomputed_checksum_is_a_plan_error(
             DAMAGE[what][1])
 
 
+def test_a_relocation_symbol_index_is_bounded_at_the_table_end(engine, obj, good):
+    """A relocation's symbol index must be below the symbol table's count: the index equal to
+    the count (one past the last symbol) is refused as any larger one, a ValueError naming it
+    (a PlanError in a plan), never an IndexError or a symbol read past the table."""
+    _, secs = sections(obj)
+    nsyms = secs[index_of(obj, 2)][5] // 24
+    rela = secs[index_of(obj, 4)]
+    r_info, = struct.unpack_from("<Q", obj, rela[4] + 8)
+    for sym in (nsyms, nsyms + 1):
+        bad = put(obj, rela[4] + 8, "<Q", (sym << 32) | (r_info & 0xFFFFFFFF))
+        with pytest.raises(ValueError, match=f"symbol index {sym} is past the {nsyms}-entry"):
+            check(bad, engine)
+        refused(with_object(good, bad), "code", "object code is malformed", "past the")
+
+
 def test_a_global_symbol_that_is_no_kernel_is_refused(engine, obj, good):
     at, table, strs_at = _symbol_entry(obj, b"kernel_0")
     n, = struct.unpack_from("<I", obj, at)

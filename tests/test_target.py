@@ -4,7 +4,7 @@ import attrs
 import pytest
 
 from ptxc.errors import CompileError
-from ptxc.target import ARCH_PRESETS, FEATURES, PRESETS, Target
+from ptxc.target import ARCH_PRESETS, FEATURES, PRESETS, Target, features_for
 import ptxc.target as target_mod
 
 
@@ -70,6 +70,27 @@ def test_data_round_trip_and_key():
     assert Target.preset("h100-pcie").key() != Target.preset("h100-sxm").key()
     with pytest.raises(CompileError, match="not a target"):
         Target.from_dict({"kind": "cuda", "arch": "sm_90", "warp_size": 32})
+
+
+_AMPERE = {"mma_f16", "mma_bf16", "mma_tf32", "mma_s8", "cp_async", "bf16"}
+#: the instruction features of each compute capability, written out from NVIDIA's tables (PTX ISA:
+#: mma.sync shapes, cp.async and bf16 from sm_80; e4m3/e5m2 mma from sm_89; wgmma on sm_90a
+#: alone; cp.async.bulk.tensor and griddepcontrol from sm_90)
+FEATURES_BY_SM = {75: set(), 80: _AMPERE, 86: _AMPERE, 87: _AMPERE, 89: _AMPERE | {"fp8"},
+                  90: _AMPERE | {"fp8", "wgmma", "tma", "pdl"},
+                  100: _AMPERE | {"fp8", "tma", "pdl"}, 120: _AMPERE | {"fp8", "tma", "pdl"}}
+
+
+@pytest.mark.parametrize("sm", sorted(FEATURES_BY_SM))
+def test_the_features_of_each_compute_capability(sm):
+    """features_for describes a GPU asked at run time (device_target) and an arch without a
+    preset: it must give each compute capability the features NVIDIA lists for it, and a GPU
+    of a preset's arch exactly the preset's (an L4 asked at run time has fp8 as the l4 preset
+    does)."""
+    assert set(features_for(sm)) == FEATURES_BY_SM[sm]
+    for name, p in PRESETS.items():
+        if p.sm == sm:
+            assert set(p.features) == FEATURES_BY_SM[sm], name
 
 
 def test_host_is_the_cpu_target():

@@ -471,4 +471,91 @@ CATALOGUE: tuple[Mutation, ...] = (
       '(0, 1): "ge", (1, 1): "ge"}[',
       (G2T + "::test_cum_sum_every_exclusive_and_reverse",),
       "CumSum with exclusive and reverse both set includes the element itself"),
+
+    # ---- issue 41's third hand round: the compile spine, codegen, plans, runtime, calibration ----
+    # the seven that survived every tier, and the tests that now see them
+    M("target-sm-89-without-fp8", "target.py",
+      "    if sm >= 89:\n        return _ADA",
+      "    if sm > 89:\n        return _ADA",
+      ("tests/test_target.py::test_the_features_of_each_compute_capability",),
+      "an sm_89 GPU asked at run time gets Ampere's features: no fp8, unlike its preset"),
+    M("cache-hit-forgets-max-memory", "compiler.py",
+      "                engine.max_memory = options.max_memory\n                return engine",
+      "                return engine",
+      ("tests/test_compile_cache.py::test_a_cached_compile_keeps_its_runtime_options",),
+      "a compile served from the compile cache drops max_memory: a budget the engine does not "
+      "fit is accepted"),
+    M("cache-evicts-by-age-not-use", "plan/cache.py",
+      "        os.utime(path)  # recently used",
+      "        pass  # recently used",
+      ("tests/test_compile_cache.py::test_the_cache_evicts_the_least_recently_used_entry",),
+      "a cache hit does not touch its entry: eviction goes by age of writing (FIFO), not by "
+      "last use (LRU)"),
+    M("plan-memory-plan-lifetimes-unchecked", "plan/checks.py",
+      "    want = [(b.name, b.size, b.first, b.last)\n"
+      "            for b in buffers_from_slots([s for s in table.slots if s.kind == \"alloc\"])]\n"
+      "    have = [(b.name, b.size, b.first, b.last) for b in plan.buffers]",
+      "    want = [(b.name, b.size)\n"
+      "            for b in buffers_from_slots([s for s in table.slots if s.kind == \"alloc\"])]\n"
+      "    have = [(b.name, b.size) for b in plan.buffers]",
+      (PLAN_FILE + "::test_a_memory_plan_edited_in_its_lifetimes_alone_is_refused",),
+      "a plan's memory plan is matched to the table's scratch buffers by name and size only: "
+      "lifetimes edited so that two live buffers share bytes load"),
+    M("plan-object-symbol-index-off-by-one", "plan/object_code.py",
+      "if sym >= nsyms:",
+      "if sym > nsyms:",
+      ("tests/test_plan_object_check.py::"
+       "test_a_relocation_symbol_index_is_bounded_at_the_table_end",),
+      "a relocation naming the symbol one past the table passes the check (an IndexError, "
+      "or the loader reading past the table)"),
+    M("loaded-plan-forgets-min-parallel-work", "driver/load.py",
+      "            engine = Engine.from_artifact(plan.artifact, threads=threads,\n"
+      "                                          min_parallel_work=plan.min_parallel_work,\n",
+      "            engine = Engine.from_artifact(plan.artifact, threads=threads,\n",
+      (PLAN_FILE + "::test_a_loaded_plan_keeps_the_runtime_options_it_was_saved_with",),
+      "a loaded cpu plan runs with the default min_parallel_work, not the one it was saved "
+      "with (and no longer saves to its own bytes)"),
+    M("merge-siblings-ignores-dilations", "rewrite/passes/merge_siblings.py",
+      'GEOMETRY = {"conv": ("kernel_shape", "strides", "pads", "dilations", "layout"),',
+      'GEOMETRY = {"conv": ("kernel_shape", "strides", "pads", "layout"),',
+      ("tests/test_pass_layout.py::test_merge_siblings_declines_and_says_why",
+       "tests/test_pass_layout.py::"
+       "test_sibling_convs_that_differ_only_in_dilation_match_onnxruntime"),
+      "sibling convs that differ only in dilation merge into one conv of the first's "
+      "dilation"),
+    # killed, but only by the slow tier, by one test, or by a test of something else
+    M("scatter-elements-past-the-indices-updated", "lower/graph_to_tensor/gather_scatter.py",
+      'c(bb, ishape[d], I64),\n                                 predicate="lt"))',
+      'c(bb, ishape[d], I64),\n                                 predicate="le"))',
+      (G2T + "::test_scatter_elements_updates_nothing_past_the_indices_extent",),
+      "ScatterElements updates the row just past the indices' extent along another axis "
+      "(was seen by the slow tier only)"),
+    M("pipeline-arch-overrides-the-pass", "pipeline.py",
+      'if f is not None and target.kind == "cuda" and getattr(p, "arch") == f.default:',
+      'if f is not None and target.kind == "cuda":',
+      ("tests/test_gpu_map_wgmma.py::test_a_compile_for_another_arch_keeps_mma_sync",),
+      "the compile's arch replaces the one a pass names (map-to-gpu{arch=sm_90} in an sm_80 "
+      "compile)"),
+    M("artifact-forgets-sm-90a", "codegen/builder.py",
+      "built = target if prog.arch == target.arch else target.with_arch(prog.arch)",
+      "built = target",
+      ("tests/test_codegen.py::test_a_wgmma_build_says_it_is_for_sm_90a",),
+      "a wgmma program's Artifact, engine and plan say sm_90 for PTX that is sm_90a's (was "
+      "seen only by an assembly test that needs ptxas)"),
+    M("plan-blob-overlap-in-table-order", "plan/format.py",
+      "    spans.sort()\n",
+      "",
+      (PLAN_FILE + "::test_a_blob_table_in_any_order_loads",),
+      "the blob overlap check compares neighbours in table order: a valid plan whose table is "
+      "not in offset order is refused"),
+    M("plan-built-for-another-arch-accepted", "plan/load.py",
+      'if t.kind != kind or (kind == "cuda" and t.sm != arch_number(arch)[0]):',
+      "if t.kind != kind:",
+      ("tests/test_plan_target.py::test_a_missing_or_mismatched_target_record_is_refused",),
+      "a cuda plan whose built_for names another arch than its PTX loads"),
+    M("calib-percentile-settings-forget-the-percentile", "calib/calibrators.py",
+      'return {**super().settings, "percentile": self.percentile}',
+      "return {**super().settings}",
+      ("tests/test_calib.py::test_cache_rebuild_runs_no_data_and_gives_the_same_table",),
+      "the calibration cache's key forgets the percentile: a cache made at 99.9 serves 99.99"),
 )
