@@ -193,7 +193,7 @@ def _tuned_cache_key(model, options, tuner):
     """The compile cache's key of a tuned build: its options with the tactics tuning chose."""
     import attrs
     from .plan import cache as compile_cache
-    from .tune.tactic import DEFAULT
+    from .tactic.tactic import DEFAULT
     if compile_cache.cache_dir() is None:
         return None
     chosen = {r.key: r.tactic for r in tuner.report if r.tactic != DEFAULT}

@@ -212,7 +212,7 @@ def _pipeline_value(value, what: str):
 
 
 def _tactics(value) -> Mapping:
-    from .tune.tactic import as_tactics
+    from .tactic.tactic import as_tactics
     return _ro(as_tactics(_mapping(value)))
 
 

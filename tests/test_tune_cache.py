@@ -23,7 +23,7 @@ from ptxc.errors import TimingCacheError, TuningError
 from ptxc.target import Target
 from ptxc.tune import cache as tc
 from ptxc.tune.cache import Entry, TimingCache, device_key
-from ptxc.tune.tactic import DEFAULT, Tactic
+from ptxc.tactic.tactic import DEFAULT, Tactic
 
 H200 = Target.preset("h200")
 PCIE = Target.preset("h100-pcie")

@@ -11,7 +11,7 @@ import pytest
 from ptxc.errors import TuningError
 from ptxc.ir.printer import print_ir
 from ptxc.target import Target
-from ptxc.tune.tactic import DEFAULT, Tactic
+from ptxc.tactic.tactic import DEFAULT, Tactic
 from ptxc.tune.tuner import MARGIN, Measured, choose, tune_kernel
 
 from support.tune_schedule import fc_module, test_schedule
@@ -33,7 +33,7 @@ def test_choose_keeps_the_fastest_valid_and_ties_to_the_earlier():
 
 
 def test_tune_kernel_never_picks_a_wrong_candidate():
-    from ptxc.tune.kernels import kernels_of
+    from ptxc.tactic.kernels import kernels_of
     schedule = test_schedule()
     k = kernels_of(fc_module())[0]
     cands = schedule.candidates(k.op)

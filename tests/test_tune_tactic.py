@@ -16,8 +16,8 @@ from ptxc.frontend.load import as_module
 from ptxc.ir.interpreter import interpret
 from ptxc.lower.gpu_map import MapToGpu
 from ptxc.pipeline import CompileOptions, run_stages
-from ptxc.tune.kernels import isolate, kernel_key, kernels_of
-from ptxc.tune.tactic import DEFAULT, Tactic
+from ptxc.tactic.kernels import isolate, kernel_key, kernels_of
+from ptxc.tactic.tactic import DEFAULT, Tactic
 
 
 def test_tactic_text_json_round_trip():

@@ -12,8 +12,8 @@ import pytest
 from ptxc.pipeline import run_stages, CompileOptions
 from ptxc.target import Target
 from ptxc.tune.cache import Entry, TimingCache
-from ptxc.tune.kernels import kernels_of
-from ptxc.tune.tactic import Tactic
+from ptxc.tactic.kernels import kernels_of
+from ptxc.tactic.tactic import Tactic
 from ptxc.tune.tuner import Tuner
 
 from support.tune_schedule import fc_module, test_schedule

@@ -88,7 +88,7 @@ import attrs
 
 from ..errors import TimingCacheError, TuningError
 from ..target import Target
-from .tactic import Tactic
+from ..tactic.tactic import Tactic
 
 log = logging.getLogger("ptxc.tune")
 

@@ -55,7 +55,7 @@ def build_candidate(kernel_text: str, key: str, pass_text: str, target: dict,
     from ..ir.parser import parse_ir
     from ..rewrite.pipeline import parse_pipeline
     from ..target import Target
-    from .tactic import Tactic
+    from ..tactic.tactic import Tactic
     module = parse_ir(kernel_text)
     tgt = Target.from_dict(target)
     (p,) = parse_pipeline(pass_text)

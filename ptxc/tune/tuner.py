@@ -37,7 +37,7 @@ import attrs
 
 from ..errors import TuningError
 from .measure import Bench, build_candidate, compare_outputs, median, synthetic_inputs
-from .tactic import DEFAULT, Tactic
+from ..tactic.tactic import DEFAULT, Tactic
 
 log = logging.getLogger("ptxc.tune")
 
@@ -199,7 +199,7 @@ class Tuner:
     def choose_tactics(self, module, schedule_pass) -> dict:
         """``{kernel key: Tactic}`` for the top-level kernels of ``module`` (before
         ``schedule_pass`` ran), per the module docstring; fills :attr:`report`."""
-        from .kernels import kernels_of
+        from ..tactic.kernels import kernels_of
         groups: dict[str, list] = {}
         for k in kernels_of(module):
             groups.setdefault(k.key, []).append(k)

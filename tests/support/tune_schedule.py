@@ -8,8 +8,8 @@ import ptxc
 from ptxc.frontend.load import as_module
 from ptxc.pipeline import CompileOptions, run_stages
 from ptxc.rewrite.pass_ import Pass, add_pass, registered_passes
-from ptxc.tune.kernels import KERNEL_OPS, kernel_key
-from ptxc.tune.tactic import DEFAULT, Tactic
+from ptxc.tactic.kernels import KERNEL_OPS, kernel_key
+from ptxc.tactic.tactic import DEFAULT, Tactic
 
 
 @attrs.frozen
