@@ -204,6 +204,7 @@ def test_a_tactic_sets_attributes_on_its_kernel_only_and_its_loops_metadata():
     s = scheduled(m, tactics={k.key: t, "0" * 16: DEFAULT})   # (a key of no kernel: unused)
     ops = kernel_ops(s)
     mine = ops[k.index]
+    assert [kernel_key(o) for o in ops] == keys    # (the schedule is no part of the key)
     assert {a: mine.attributes.get(a) for a in ("cpu.vector_width", "cpu.unroll",
                                                 "cpu.threads", "tactic", "tuning_key")} == {
         "cpu.vector_width": 8, "cpu.unroll": 2, "cpu.threads": 1,
@@ -266,6 +267,13 @@ def test_global_options_apply_to_every_kernel_and_write_no_tactic():
     first = kernel_ops(s)[0]
     assert first.attributes["cpu.unroll"] == 8 and first.attributes["cpu.vector_width"] == 1
     assert "noimplicitfloat" in kernel_text(lower_loop_to_llvm(s).text, "kernel_0")
+    # scheduled again: a tactic sets its kernel's schedule whole (the old unroll goes), the
+    # default options touch nothing (hand-written attributes stay)
+    CpuSchedule(tactics={key: Tactic("cpu", {"vector_width": 4})}).run(s)
+    first = kernel_ops(s)[0]
+    assert first.attributes["cpu.vector_width"] == 4 and "cpu.unroll" not in first.attributes
+    assert all(o.attributes["cpu.unroll"] == 4 for o in kernel_ops(s)[1:])
+    assert CpuSchedule().run(s) is False and kernel_ops(s)[1].attributes["cpu.unroll"] == 4
 
 
 def test_the_default_tactic_records_itself_and_changes_no_code():

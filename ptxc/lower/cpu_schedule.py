@@ -338,11 +338,17 @@ class CpuSchedule(Pass):
 def _annotate(op: Operation, options: CpuSchedule, tactic: Tactic | None,
               key: str | None) -> bool:
     """Write ``options``' non-zero schedule values on kernel ``op`` (and ``tactic``/
-    ``tuning_key`` where a tactic chose them); whether an attribute changed."""
+    ``tuning_key`` where a tactic chose them: then the kernel's schedule is exactly the
+    tactic's, and a ``cpu.*`` attribute left from before that it does not set goes); whether
+    an attribute changed."""
     want = {a: getattr(options, f) for f, a in _ATTRS.items() if getattr(options, f)}
+    changed = False
     if tactic is not None:
         want.update({TACTIC_ATTR: str(tactic), KEY_ATTR: key})
-    changed = False
+        for a in _ATTRS.values():
+            if a not in want and a in op.attributes:
+                del op.attributes[a]
+                changed = True
     for a, v in want.items():
         if op.attributes.get(a) != v:
             op.attributes[a] = v
