@@ -98,7 +98,7 @@ STAGE_PIPELINES: Mapping[str, Mapping[str, tuple]] = _ro({
     "cpu": _ro({
         "graph": (Step("graph-opt"),),
         "tensor": (Step("lower-graph-to-tensor"), Step("fuse-tensor-elementwise")),
-        "loop": (Step("lower-tensor-to-loop"),),
+        "loop": (Step("lower-tensor-to-loop"), Step("cpu-schedule")),
     }),
     "cuda": _ro({
         "graph": (Step("graph-opt"),),

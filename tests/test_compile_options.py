@@ -182,7 +182,9 @@ def test_build_pipeline_gives_configured_pass_objects():
     cpu = CompileOptions.make("cpu")
     for stage in ("graph", "tensor", "loop"):
         assert all(isinstance(p, Pass) for p in build_pipeline(cpu, stage, layout="nhwc"))
-    assert [p.name for p in build_pipeline(cpu, "loop")] == ["lower-tensor-to-loop"]
+    cpu_loop = build_pipeline(cpu, "loop")
+    assert [p.name for p in cpu_loop] == ["lower-tensor-to-loop", "cpu-schedule"]
+    assert cpu_loop[1].target == cpu.target     # (the schedule pass gets the host target)
     nhwc = [p.name for p in build_pipeline(o, "graph", layout="nhwc")]
     assert nhwc[-5:] == [s.text.split("{")[0] for s in LAYOUT_PIPELINES["cuda"]]
     fp16 = build_pipeline(attrs.evolve(o, precision="fp16"), "graph", layout="nchw")

@@ -14,9 +14,9 @@ from ptxc.errors import CompileError, VerifyError
 from ptxc.ir import interpret, parse_ir, print_ir, verify
 from ptxc.ir.spec import OpSpec, lookup, register
 from ptxc.ir.types import tensor
-from ptxc.rewrite import (Explain, Pass, PassManager, RewritePattern, docstring_example,
-                          add_pass, format_pipeline, get_pass, parse_pipeline, producer,
-                          register_pass, registered_passes)
+from ptxc.rewrite import (Explain, Pass, PassManager, RewritePattern, add_pass,
+                          docstring_example, example_options, example_pass, format_pipeline,
+                          get_pass, parse_pipeline, producer, register_pass, registered_passes)
 from ptxc.rewrite import canonicalization
 from ptxc.rewrite.passes.cse import op_key
 
@@ -79,7 +79,7 @@ def test_every_registered_pass_has_a_before_after_example_that_holds(name):
     if before.startswith('"builtin.module"') and after.startswith('"builtin.module"'):
         m = parse_ir(before, source=f"{name} docstring")
         verify(m)
-        assert cls().run(m) is True
+        assert example_pass(cls).run(m) is True   # (its Options: line's, else the defaults)
         assert print_ir(m) == after
 
 
@@ -101,6 +101,22 @@ def test_docstring_example_extraction():
         """Before: only"""
 
     assert docstring_example(Q) is None
+    assert example_options(P) == ""
+
+    class R:
+        """Summary.
+
+        Options: max-iterations=4 verify-patterns=true
+        Before:
+            a
+        After:
+            b
+        """
+
+    assert example_options(R) == "max-iterations=4 verify-patterns=true"
+    R.name = "canonicalize"
+    p = example_pass(R)
+    assert p.name == "canonicalize" and p.max_iterations == 4 and p.verify_patterns is True
 
 
 def test_parse_pipeline_with_options_and_spacing():

@@ -86,6 +86,14 @@ OUTPUTS_ATTR = "loop.outputs"
 #: the model's names of the outputs, where a binding name had to differ (an output named as an
 #: input gets a ``_out`` binding); absent when they are the same
 RESULT_NAMES_ATTR = "loop.result_names"
+#: what a top-level kernel (loop.parallel, loop.for, loop.copy) may carry from auto-tuning: the
+#: tactic its schedule pass applied (its text) and the kernel's key (ptxc.tune, cpu-schedule)
+TUNING_ATTRS = {
+    "tactic": Attr("str", doc="the tactic the schedule pass applied to this kernel "
+                              "(ptxc.tune.tactic.Tactic's text)"),
+    "tuning_key": Attr("str", doc="the kernel's key (ptxc.tune.kernels.kernel_key), computed "
+                                  "before the tactic was applied"),
+}
 
 
 # ---- ops -----------------------------------------------------------------------------------
@@ -226,7 +234,8 @@ class For(OpSpec):
                                      "llvm.loop.unroll.disable, PTX's nounroll pragma: ptxas "
                                      "unrolls no further); the semantics are unchanged (the mma "
                                      "schedule sets it on its K loop where ptxas would unroll it "
-                                     "into spills)")}
+                                     "into spills)"),
+                  **TUNING_ATTRS}
     regions = 1
 
     def infer_types(self, op):
@@ -259,7 +268,8 @@ class Parallel(OpSpec):
                   "step": Attr("ints"),
                   contraction.ATTR: Attr("strs", doc="the nest is a tensor.matmul's or "
                                          "tensor.conv's: source, kind, the role of each dim, "
-                                         "the reduction loops (loop_contraction.py)")}
+                                         "the reduction loops (loop_contraction.py)"),
+                  **TUNING_ATTRS}
     regions = 1
 
     def infer_types(self, op):
@@ -443,6 +453,7 @@ class Copy(OpSpec):
     name = "loop.copy"
     operands = ("source", "dest")
     results = ()
+    attributes = TUNING_ATTRS
 
     def infer_types(self, op):
         return []

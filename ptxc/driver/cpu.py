@@ -19,7 +19,9 @@ depend on how the JIT searches the process.
 Execution: kernels run in order. A parallel kernel's outer range is split into one chunk per
 thread of a shared pool (``os.cpu_count()`` threads; ctypes releases the GIL during the call);
 a kernel with little work (``min_parallel_work`` innermost iterations) or a sequential outer loop
-(a top-level ``loop.for``) is one call on the calling thread.
+(a top-level ``loop.for``) is one call on the calling thread. A kernel whose schedule names its
+threads (``KernelInfo.threads`` > 0, cpu-schedule's ``cpu.threads``) is split into that many
+chunks (at most one per iteration), whatever its work: 1 is one call on the calling thread.
 
 Memory: arguments are the caller's arrays (C-contiguous, aligned, not overlapping; written in
 place); weights are the arrays of the ``loop.global`` ops; scratch buffers (``loop.alloc``) come
@@ -243,13 +245,15 @@ class CpuProgram:
                                        "range (read at run time; the outputs are not valid)")
 
     def _run_kernel(self, k, fn, ptrs) -> None:
-        """One kernel: a single call, or its outer range split across the pool."""
+        """One kernel: a single call, or its outer range split across the pool (into
+        ``k.threads`` chunks where its schedule names them, whatever its work)."""
         kargs = [ptrs[i] for i in k.buffers]
         n = k.trip_count
         if n <= 0:
             return
-        chunks = min(n, self.threads)
-        if not k.parallel or chunks <= 1 or k.work < self.min_parallel_work:
+        chunks = min(n, k.threads or self.threads)
+        small = k.work < self.min_parallel_work and not k.threads
+        if not k.parallel or chunks <= 1 or small:
             fn(*kargs, 0, n)
             return
         bounds = [n * c // chunks for c in range(chunks + 1)]

@@ -70,7 +70,11 @@ class KernelInfo:
     ``nodes``: every ONNX node the kernel computes, its own loc first, then what the fusions
     absorbed into it (:mod:`ptxc.rewrite.provenance`). ``pdl``: the kernel begins with
     ``griddepcontrol.wait`` (its launch's ``pdl``), so the runtime launches it with programmatic
-    stream serialization (CUDA's programmatic dependent launch)."""
+    stream serialization (CUDA's programmatic dependent launch). ``threads`` (cpu): the chunks
+    the runtime splits a parallel kernel's outer range into, whatever its work (1: one call on
+    the calling thread); 0, the default, leaves it to the runtime's pool and its
+    ``min_parallel_work`` rule (the kernel's ``cpu.threads``, :mod:`ptxc.lower.cpu_schedule`;
+    a plan written before the field loads as 0)."""
 
     name: str
     buffers: tuple
@@ -86,6 +90,7 @@ class KernelInfo:
     tile: str | None = None
     nodes: tuple = ()
     pdl: bool = False
+    threads: int = 0
 
 
 @attrs.frozen

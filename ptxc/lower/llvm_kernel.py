@@ -21,6 +21,7 @@ from llvmlite import ir
 
 from ..ir.core import BlockArgument, Operation, OpResult, Value
 from ..ir.types import BufferType
+from . import llvm_loop_hints as loop_hints
 from . import llvm_tensorcore, llvm_wgmma
 from .llvm_fold import FoldingBuilder, const_int
 from .llvm_scalar import ScalarEmitter
@@ -42,14 +43,19 @@ class _Kernel(ScalarEmitter):
     addrspace = 0
 
     def __init__(self, module: ir.Module, name: str, roots: list, top_scalars: list,
-                 check_ids: dict | None = None):
+                 check_ids: dict | None = None, hints: dict | None = None):
         self.m = module
+        #: the innermost loops' schedule hints (``vector_width``, ``unroll``; cpu kernels)
+        self.hints = hints or {}
+        self.n_loops = 0   # loops emitted so far (which tells an innermost loop)
         self.check_ids = check_ids or {}
         ptr = ir.PointerType(addrspace=self.addrspace)
         extra = [] if self.gpu else [I64, I64]
         fty = ir.FunctionType(ir.VoidType(), [ptr] * len(roots) + extra)
         self.fn = ir.Function(module, fty, name)
         self.fn.attributes.add("nounwind")
+        if self.hints.get("vector_width") == 1:   # a scalar kernel (llvm_loop_hints)
+            self.fn.attributes.add("noimplicitfloat")
         for i, a in enumerate(self.fn.args[:len(roots)]):
             a.name = f"b{i}"
             a.add_attribute("noalias")
@@ -89,12 +95,17 @@ class _Kernel(ScalarEmitter):
         self.vals[op.results[0]] = b.trunc(w, raw.type) if raw.type.width < 64 else w
 
     # ---- structure ----------------------------------------------------------------------------
-    def loop(self, start, stop, step: int, body, carried=(), rolled: bool = False):
+    def loop(self, start, stop, step: int, body, carried=(), rolled: bool = False,
+             ordered: bool = False):
         """``for (iv = start; iv < stop; iv += step)`` with carried values; ``body(iv, carried)``
-        returns the next carried values. Returns the carried values after the loop. ``rolled``
-        (``loop.for {rolled}``): the latch carries ``llvm.loop.unroll.disable`` (no unrolling
-        in LLVM; NVPTX prints ``.pragma "nounroll"`` in the loop header, so ptxas keeps it
-        rolled too)."""
+        returns the next carried values. Returns the carried values after the loop. The latch
+        carries a loop ID (:mod:`ptxc.lower.llvm_loop_hints`) where there is something to say:
+        ``rolled`` (``loop.for {rolled}``): ``llvm.loop.unroll.disable`` (no unrolling in LLVM;
+        NVPTX prints ``.pragma "nounroll"`` in the loop header, so ptxas keeps it rolled too);
+        the kernel's ``hints`` (the cpu schedule's vector width and unroll count) on an
+        innermost loop, one whose body emitted no loop; an ``ordered`` loop (``loop.for
+        {ordered}``: its carried values combine in iteration order) takes no vector width
+        over 1, which would let LoopVectorize reorder a float sum (llvm_loop_hints)."""
         b = self.b
         pre = b.block
         header = self.fn.append_basic_block("loop")
@@ -114,27 +125,24 @@ class _Kernel(ScalarEmitter):
             phis.append(p)
         b.cbranch(b.icmp_signed("<", iv, stop), inner, done)
         b.position_at_end(inner)
+        self.n_loops += 1
+        loops = self.n_loops
         nxt = body(iv, phis)
+        innermost = self.n_loops == loops
         nxt_iv = b.add(iv, ir.Constant(ty, step), flags=["nsw"])
         latch = b.block
         br = b.branch(header)
-        if rolled:
-            br.set_metadata("llvm.loop", self._rolled_loop_id())
+        hints = self.hints if innermost else {}
+        if ordered and hints.get("vector_width", 0) > 1:
+            hints = {k: v for k, v in hints.items() if k != "vector_width"}
+        props = loop_hints.hint_nodes(self.m, rolled=rolled, **hints)
+        if props:
+            br.set_metadata("llvm.loop", loop_hints.loop_id(self.m, props))
         iv.add_incoming(nxt_iv, latch)
         for p, v in zip(phis, nxt):
             p.add_incoming(v, latch)
         b.position_at_end(done)
         return phis
-
-    def _rolled_loop_id(self):
-        """A new loop ID (distinct per loop: its first operand is itself) asking for no
-        unrolling. Made as an ``MDValue`` of its own, not through ``add_metadata``, whose cache
-        would hand every loop the same node."""
-        m = self.m
-        disable = m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.disable")])
-        md = ir.values.MDValue(m, [disable], name=str(len(m.metadata)))
-        md.operands = (md, disable)
-        return md
 
     def nest(self, dims, body, outer_split=False):
         """Loops over ``dims`` (lower, upper, step) in order, ``body(ivs)`` innermost. With
@@ -207,12 +215,12 @@ class _Kernel(ScalarEmitter):
         if split:
             def body(t, carried):
                 return self.block(block, [self.affine(t, lo, st), *carried])
-            outs = self.loop(self.begin, self.end, 1, body, inits)
+            outs = self.loop(self.begin, self.end, 1, body, inits, ordered=op.attr("ordered"))
         elif op.attr("unroll"):
             outs = self.unrolled(block, range(lo, hi, st), inits)
         else:
             outs = self.loop(lo, hi, st, lambda iv, c: self.block(block, [iv, *c]), inits,
-                             rolled=bool(op.attr("rolled")))
+                             rolled=bool(op.attr("rolled")), ordered=op.attr("ordered"))
         for r, v in zip(op.results, outs):
             self.vals[r] = v
 

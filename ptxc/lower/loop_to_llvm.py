@@ -81,6 +81,7 @@ from ..ir.core import BlockArgument, Operation, Value
 from ..ir.types import INDEX, BufferType
 from ..rewrite.provenance import nodes_of
 from . import llvm_tensorcore, llvm_wgmma
+from .cpu_schedule import THREADS_ATTR, cpu_hints
 from .kernel_key import launch_key
 from .llvm_kernel import (DYNAMIC_SHARED, STATIC_SHARED_LIMIT, _ERROR, _GpuKernel,  # noqa: F401
                           _Kernel, _root)
@@ -421,7 +422,7 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
                           pdl=bool(op.attributes.get("pdl", False)))
         seen.setdefault(key, info)
         return info
-    k = _Kernel(m, f"kernel_{index}", roots, tops, check_ids)
+    k = _Kernel(m, f"kernel_{index}", roots, tops, check_ids, hints=cpu_hints(op))
     if op.name == "loop.parallel":
         lo, hi = op.attributes["lower"], op.attributes["upper"]
         st = op.attr("step") or (1,) * len(lo)
@@ -440,7 +441,8 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
     k.finish()
     _state_footprint(k, [slots[slot_of[r]] for r in roots], trip)
     return KernelInfo(k.fn.name, tuple(slot_of[r] for r in roots), trip, parallel,
-                      _op_work(op), op.loc, nodes=nodes_of(op))
+                      _op_work(op), op.loc, nodes=nodes_of(op),
+                      threads=int(op.attributes.get(THREADS_ATTR, 0)))
 
 
 class _Module(ir.Module):

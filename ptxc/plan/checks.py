@@ -27,6 +27,10 @@ from .format import DTYPES, INTRINSICS, MAX_COUNT, _is_int, _refuse
 
 __all__ = ["_kernel_table", "_check_code", "_check_ptx", "_stored_memory_plan"]
 
+#: the most chunks a cpu kernel's ``threads`` may ask for (far above any host's cores: a larger
+#: number would only queue more calls on the runtime's pool)
+MAX_THREADS = 1 << 16
+
 
 def _kernel_table(header: dict, blobs: dict, source: str):
     """The kernel table, checked against itself, the bindings and the weights."""
@@ -45,7 +49,8 @@ def _kernel_table(header: dict, blobs: dict, source: str):
             if not (isinstance(k.name, str) and all(_is_int(i) and 0 <= i < len(table.slots)
                                                     for i in k.buffers)
                     and _is_int(k.trip_count) and k.trip_count >= 0 and _is_int(k.work)
-                    and isinstance(k.parallel, bool) and isinstance(k.pdl, bool)):
+                    and isinstance(k.parallel, bool) and isinstance(k.pdl, bool)
+                    and _is_int(k.threads)):
                 raise ValueError(f"kernel {k.name!r}")
             most = max([table.slots[i].span for i in k.buffers] + [1])
             if header.get("target") != "cuda" and k.trip_count > most:
@@ -150,6 +155,7 @@ def _check_table_fields(d: dict) -> None:
         for j, v in enumerate(k["buffers"]):
             count(f"{where} buffers[{j}]", v, 0, len(slots) - 1)
         count(f"{where} shared_bytes", k.get("shared_bytes", 0), 0, 1 << 20)
+        count(f"{where} threads", k.get("threads", 0), 0, MAX_THREADS)
         for what in ("grid", "block"):
             if k.get(what) is not None:
                 if not isinstance(k[what], list) or len(k[what]) != 3:

@@ -26,7 +26,8 @@ kind, arch, GPU name, SM count, memory limits, features; on cpu the host CPU it 
 and the ``cpu_name`` it was built on; cuda: None); ``options`` (``precision``; cpu:
 ``min_parallel_work``, ``allocator``; cuda: ``cuda_graph``); ``bindings`` (``inputs``/``outputs``:
 name, shape, dtype); ``kernel_table`` (:meth:`KernelTable.to_json`; a cuda kernel has its
-``grid``, ``block``, ``shared_bytes`` and ``schedule``); ``memory_plan``
+``grid``, ``block``, ``shared_bytes`` and ``schedule``; a cpu kernel its ``threads``, absent
+in plans written before it: 0); ``memory_plan``
 (:meth:`MemoryPlan.to_json`; for cpu only when the runtime uses the planned arena, for cuda
 always: the device arena's offsets); ``blobs`` (name, kind "llvm" | "ptx" | "weight", dtype,
 shape, offset, nbytes) and ``data_bytes`` (the length of the blob section). Unknown keys are

@@ -130,7 +130,8 @@ def _report(path, data, header: dict, signed: bool) -> str:
                      + (f" [{k['tile']}]" if k.get("tile") else ""))
         else:
             mode = "parallel" if k.get("parallel") else "sequential"
-            shape = f"outer range {k.get('trip_count')} ({mode})"
+            shape = f"outer range {k.get('trip_count')} ({mode})" + (
+                f"  threads {k['threads']}" if k.get("threads") else "")
         out.append(f"  {k.get('name')}  layer {k.get('loc')!r}  {shape}  precision "
                    f"{_precision(k, slots)}  buffers {', '.join(names)}")
     out += _tuning(header.get("tuning"))

@@ -32,7 +32,10 @@ frozen, a pass is hashable and its options can key a cache.
 The example in the docstring is a ``Before:`` line and an ``After:`` line, each followed by an
 indented block of IR. When both blocks are whole modules (they start with ``"builtin.module"``)
 the test suite parses "before", runs the pass with default options and expects to print "after"
-exactly; see :func:`docstring_example`.
+exactly; see :func:`docstring_example`. A pass whose default options change nothing (a schedule
+pass that acts only where asked, ``cpu-schedule``) names the options of its example on a line
+``Options: <pipeline option text>`` before ``Before:``; the test runs :func:`example_pass`, the
+pass with those options.
 """
 
 from __future__ import annotations
@@ -274,3 +277,24 @@ def docstring_example(cls) -> tuple[str, str] | None:
     if "before:" not in blocks or "after:" not in blocks:
         return None
     return blocks["before:"], blocks["after:"]
+
+
+def example_options(cls) -> str:
+    """The text of the docstring's ``Options:`` line (pipeline option text, without braces:
+    ``vector-width=8 unroll=4``); empty where there is none."""
+    for line in (inspect.getdoc(cls) or "").split("\n"):
+        head, sep, rest = line.strip().partition(":")
+        if sep and head.lower() == "options" and rest.strip():
+            return rest.strip()
+    return ""
+
+
+def example_pass(cls) -> Pass:
+    """The pass instance a docstring example runs: ``cls`` with :func:`example_options`' values
+    (parsed as pipeline text), else with its defaults."""
+    opts = example_options(cls)
+    if not opts:
+        return cls()
+    from .pipeline import parse_pipeline
+    (p,) = parse_pipeline(f"{cls.name}{{{opts}}}")
+    return p

@@ -15,8 +15,8 @@ front of it. The written roots (``loop.store`` and ``loop.copy`` destinations) a
 function's ``loop.outputs``. Weights become arguments too, so the module depends on the
 kernel's shapes and code, not on the values of its weights.
 
-The key is the sha256 of that module's text with every location, value name and provenance
-attribute removed (ONNX names survive to every stage and differ from layer to layer; two
+The key is the sha256 of that module's text with every location, value name, provenance
+attribute and schedule attribute (``tactic``, ``tuning_key``, ``cpu.*``) removed (ONNX names survive to every stage and differ from layer to layer; two
 layers of the same shapes and code have one key). It is what a timing cache is indexed by
 (with the device), TensorRT's "layer signature". It is computed before the schedule pass, so
 it does not depend on the tactic chosen.
@@ -121,13 +121,22 @@ def isolate(op: Operation) -> tuple[Operation, tuple[str, ...]]:
     return module, outputs
 
 
+def _schedule_attr(name: str) -> bool:
+    """An attribute a schedule pass wrote (``tactic``, ``tuning_key``, cpu-schedule's
+    ``cpu.*``): how the kernel is generated, not what it computes, so not in its key (a
+    module scheduled once and tuned again keeps its kernels' keys)."""
+    return name in ("tactic", "tuning_key") or name.startswith("cpu.")
+
+
 def canonical_text(module: Operation) -> str:
-    """The module's text without locations, value names or provenance (the key's input). It
-    strips them from ``module`` in place: call it on a copy you own."""
+    """The module's text without locations, value names, provenance or schedule attributes
+    (the key's input). It strips them from ``module`` in place: call it on a copy you own."""
     from ..ir.printer import print_ir
     for o in module.walk():
         o.loc = None
         o.attributes.pop(FUSED, None)
+        for name in [n for n in o.attributes if _schedule_attr(n)]:
+            del o.attributes[name]
         for r in o.results:
             r.name_hint = None
         for region in o.regions:
