@@ -38,8 +38,8 @@ from ptxc.plan.save import plan_to_bytes
 from ptxc.rewrite.pass_ import example_options, get_pass
 from ptxc.rewrite.pipeline import parse_pipeline
 from ptxc.target import Target
-from ptxc.tune.kernels import KERNEL_OPS, kernel_key, kernels_of
-from ptxc.tune.tactic import DEFAULT, Tactic
+from ptxc.tactic.kernels import KERNEL_OPS, kernel_key, kernels_of
+from ptxc.tactic.tactic import DEFAULT, Tactic
 from test_loop_dialect import PROGRAMS
 from test_plan import edited, refused, split
 

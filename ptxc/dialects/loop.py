@@ -90,8 +90,8 @@ RESULT_NAMES_ATTR = "loop.result_names"
 #: tactic its schedule pass applied (its text) and the kernel's key (ptxc.tune, cpu-schedule)
 TUNING_ATTRS = {
     "tactic": Attr("str", doc="the tactic the schedule pass applied to this kernel "
-                              "(ptxc.tune.tactic.Tactic's text)"),
-    "tuning_key": Attr("str", doc="the kernel's key (ptxc.tune.kernels.kernel_key), computed "
+                              "(ptxc.tactic.tactic.Tactic's text)"),
+    "tuning_key": Attr("str", doc="the kernel's key (ptxc.tactic.kernels.kernel_key), computed "
                                   "before the tactic was applied"),
 }
 

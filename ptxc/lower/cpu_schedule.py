@@ -2,7 +2,7 @@
 
 The cpu loop stage ends with ``cpu-schedule``, as cuda's ends with ``map-to-gpu``: the pass that
 decides, per top-level kernel (a ``loop.parallel``, ``loop.for`` or ``loop.copy`` of a function,
-:data:`ptxc.tune.kernels.KERNEL_OPS`), how it is generated. On the CPU the loop nest itself is
+:data:`ptxc.tactic.kernels.KERNEL_OPS`), how it is generated. On the CPU the loop nest itself is
 the code; what is left to decide is what LLVM and the runtime do with it, and the pass writes
 that on the kernel op:
 
@@ -16,7 +16,7 @@ attribute              meaning (0 or absent: the default, as before this pass ex
                        whatever its work (1: one call on the calling thread); 0: the
                        runtime's pool and its ``min_parallel_work`` rule
 ``tactic``             the tactic that chose them (its text), where one did
-``tuning_key``         that kernel's key (:func:`ptxc.tune.kernels.kernel_key`)
+``tuning_key``         that kernel's key (:func:`ptxc.tactic.kernels.kernel_key`)
 =====================  =======================================================================
 
 loop-to-llvm puts the first two in loop metadata on the innermost loops' latches
@@ -26,7 +26,7 @@ loop-to-llvm puts the first two in loop metadata on the innermost loops' latches
 
 **Options.** ``vector-width``, ``unroll``, ``threads`` (pipeline text, e.g.
 ``cpu-schedule{unroll=4}``) apply to every kernel. ``tactics`` (kernel key -> :class:`~ptxc.
-tune.tactic.Tactic`; not pipeline text: the compile spine sets it) chooses per kernel: the
+tactic.tactic.Tactic`; not pipeline text: the compile spine sets it) chooses per kernel: the
 pass computes each kernel's key before it changes anything, and a kernel with a tactic gets the
 pass's options with the tactic's params set (:meth:`Tactic.apply`), plus the ``tactic`` and
 ``tuning_key`` attributes. The schedules a tactic may name are :data:`SCHEDULES` (``auto``, the
@@ -36,7 +36,7 @@ pipeline text. With the default options and no tactics the pass writes nothing: 
 without tuning is the build of before, to the byte.
 
 **Candidates.** :meth:`CpuSchedule.candidates` lists the tactics worth timing for one kernel,
-:data:`~ptxc.tune.tactic.DEFAULT` first (see there for what is pruned, and why).
+:data:`~ptxc.tactic.tactic.DEFAULT` first (see there for what is pruned, and why).
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ from ..errors import TuningError
 from ..ir.core import Operation
 from ..rewrite.pass_ import Pass, register_pass
 from ..target import Target
-from ..tune.kernels import KERNEL_OPS, kernel_key
-from ..tune.tactic import DEFAULT, Tactic
+from ..tactic.kernels import KERNEL_OPS, kernel_key
+from ..tactic.tactic import DEFAULT, Tactic
 
 VECTOR_WIDTH_ATTR = "cpu.vector_width"
 UNROLL_ATTR = "cpu.unroll"

@@ -13,7 +13,7 @@ the measurement: TensorRT's timing cache (``ITimingCache``), per kernel instead 
 
 **What is keyed.** An entry belongs to a *(device, kernel)* pair:
 
-* the kernel key (:func:`ptxc.tune.kernels.kernel_key`, 16 hex digits): a hash of the kernel's
+* the kernel key (:func:`ptxc.tactic.kernels.kernel_key`, 16 hex digits): a hash of the kernel's
   canonical IR before the schedule pass, so its shapes, dtypes and code, and not its ONNX
   names or weights. Two layers of one shape share an entry, in one model or across models.
 * the device key (:func:`device_key`): the target's ``kind``, its name (``device``), ``arch``,
@@ -212,7 +212,7 @@ class Entry:
 def _check_kernel_key(kernel_key) -> str:
     if not isinstance(kernel_key, str) or not _KERNEL_KEY.fullmatch(kernel_key):
         raise TuningError(f"timing cache: kernel key {kernel_key!r} is not 16 hex digits "
-                          "(ptxc.tune.kernels.kernel_key)")
+                          "(ptxc.tactic.kernels.kernel_key)")
     return kernel_key
 
 

@@ -6,7 +6,7 @@
     seconds = bench.times(inputs, runs=20)          # device (cuda) or wall (cpu) times
     compare_outputs(default_outputs, outputs)       # None, or why they differ
 
-A candidate is the isolated kernel (:mod:`ptxc.tune.kernels`) run through the target's
+A candidate is the isolated kernel (:mod:`ptxc.tactic.kernels`) run through the target's
 schedule pass with one tactic, then code generation (:func:`ptxc.codegen.build`): the same
 path a compile takes, so a tactic measured here is the code a compile with it gets.
 :func:`build_candidate` takes and returns plain data (IR text, JSON) so that it runs in a

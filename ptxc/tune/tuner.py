@@ -6,7 +6,7 @@
 
 It runs where the compile spine reaches the target's schedule pass (cuda ``map-to-gpu``, cpu
 ``cpu-schedule``; :func:`ptxc.pipeline.run_stages`), on the module the passes before it made.
-Per distinct kernel key (:mod:`ptxc.tune.kernels`; a ResNet-50's 75 cuda kernels have 41):
+Per distinct kernel key (:mod:`ptxc.tactic.kernels`; a ResNet-50's 75 cuda kernels have 41):
 
 1. **the timing cache** (:mod:`ptxc.tune.cache`): an entry for this device and key gives the
    tactic, re-validated by applying it to the kernel through the schedule pass (a tactic that
