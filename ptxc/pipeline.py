@@ -212,8 +212,8 @@ def _pipeline_value(value, what: str):
 
 
 def _tactics(value) -> Mapping:
-    from .tactic.tactic import as_tactics
-    return _ro(as_tactics(_mapping(value)))
+    from .tactic.tactic_map import tactic_map
+    return tactic_map(value)
 
 
 def _stage_passes(value) -> Mapping:

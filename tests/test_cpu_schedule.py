@@ -312,10 +312,12 @@ def test_options_text_validation_and_the_cpu_loop_stage():
     assert str(q) == "cpu-schedule{unroll=4}" and str(CpuSchedule(target=host)) == "cpu-schedule"
     assert hash(q) == hash(CpuSchedule(unroll=4, target=host, tactics={"k": DEFAULT}))
     assert q != CpuSchedule(unroll=4, target=host, tactics={"k": Tactic("cpu", {"unroll": 2})})
-    for bad in ({"vector_width": 3}, {"unroll": 17}, {"threads": -1}, {"tactics": "k=auto"},
+    for bad in ({"vector_width": 3}, {"unroll": 17}, {"threads": -1},
                 {"vector_width": True}):
         with pytest.raises(CompileError, match="cpu-schedule"):
             get_pass("cpu-schedule", **bad)
+    with pytest.raises(TuningError, match="mapping of kernel keys"):
+        get_pass("cpu-schedule", tactics="k=auto")
     with pytest.raises(ValueError, match="cpu kernels"):
         CpuSchedule(target=Target.preset("sm_90"))
     assert Tactic.parse("cpu{vector-width=8 unroll=2}", CpuSchedule) == \

@@ -122,14 +122,18 @@ class Launch(OpSpec):
     for 32-bit index arithmetic, which the backend grants only where it cannot overflow
     (:func:`ptxc.lower.loop_to_llvm.launch_index_bits`: every buffer small enough); the mma
     schedules ask (their tile arithmetic is then half the integer instructions). The
-    interpreter's semantics do not depend on it."""
+    interpreter's semantics do not depend on it. ``tactic`` and ``tuning_key`` (optional): the
+    tuned tactic that built the launch (ptxc/tune/tactic.py, its text) and its kernel's key
+    (ptxc/tune/kernels.py); map-to-gpu sets them where its ``tactics`` chose a non-default
+    tactic for the kernel."""
 
     name = "gpu.launch"
     operands = ()
     results = ()
     attributes = {"grid": Attr("ints", required=True), "block": Attr("ints", required=True),
                   "schedule": Attr("str", required=True), "tile": Attr("str"),
-                  "min_blocks": Attr("int"), "pdl": Attr("bool"), "index_bits": Attr("int")}
+                  "min_blocks": Attr("int"), "pdl": Attr("bool"), "index_bits": Attr("int"),
+                  "tactic": Attr("str"), "tuning_key": Attr("str")}
     regions = 1
 
     def infer_types(self, op):

@@ -55,6 +55,7 @@ from ..rewrite.pass_ import Pass, register_pass
 from ..target import Target
 from ..tactic.kernels import KERNEL_OPS, kernel_key
 from ..tactic.tactic import DEFAULT, Tactic
+from ..tactic.tactic_map import NO_TACTICS, tactic_map
 
 VECTOR_WIDTH_ATTR = "cpu.vector_width"
 UNROLL_ATTR = "cpu.unroll"
@@ -170,45 +171,6 @@ def _check_target(instance, attribute, value):
                          f"{value.kind!r}")
 
 
-class TacticTable(Mapping):
-    """Kernel key -> :class:`Tactic`, read-only and hashable (a pass is frozen and hashable, and
-    equal tables make equal passes)."""
-
-    __slots__ = ("_items",)
-
-    def __init__(self, items=()):
-        d = dict(items.items() if isinstance(items, Mapping) else items)
-        for k, v in d.items():
-            if not isinstance(k, str) or not isinstance(v, Tactic):
-                raise ValueError(f"tactics maps kernel keys (str) to Tactic, not {k!r} -> "
-                                 f"{v!r}")
-        self._items = dict(sorted(d.items()))
-
-    def __getitem__(self, key):
-        return self._items[key]
-
-    def __iter__(self):
-        return iter(self._items)
-
-    def __len__(self):
-        return len(self._items)
-
-    def __hash__(self):
-        return hash(tuple(self._items.items()))
-
-    def __repr__(self):
-        return f"TacticTable({self._items!r})"
-
-
-def _tactic_table(value) -> TacticTable:
-    if isinstance(value, TacticTable):
-        return value
-    if not isinstance(value, Mapping):
-        raise ValueError(f"tactics is a mapping of kernel keys to Tactic (set by the compile "
-                         f"spine, not pipeline text), not {value!r}")
-    return TacticTable(value)
-
-
 @register_pass
 @attrs.frozen
 class CpuSchedule(Pass):
@@ -258,7 +220,7 @@ class CpuSchedule(Pass):
     unroll: int = attrs.field(default=0, validator=_check_unroll)
     threads: int = attrs.field(default=0, validator=_check_threads)
     target: Target | None = attrs.field(default=None, validator=_check_target)
-    tactics: Mapping[str, Tactic] = attrs.field(factory=TacticTable, converter=_tactic_table)
+    tactics: Mapping[str, Tactic] = attrs.field(default=NO_TACTICS, converter=tactic_map)
 
     def __str__(self) -> str:
         """Pipeline text of the text options: ``target`` and ``tactics`` are objects the

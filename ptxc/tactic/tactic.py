@@ -163,22 +163,5 @@ def _typed(raw: dict, pass_cls, where: str) -> dict:
     return out
 
 
-def as_tactics(value) -> dict:
-    """``{kernel key: Tactic}`` from a mapping whose tactics may be Tactics, their JSON dicts
-    or their text (whose values stay strings until the schedule pass types them)."""
-    out = {}
-    for key, t in dict(value or {}).items():
-        if not isinstance(key, str):
-            raise TuningError(f"tactics: a kernel key is a string, not {key!r}")
-        if isinstance(t, dict):
-            t = Tactic.from_json(t)
-        elif isinstance(t, str):
-            t = Tactic.parse(t)
-        if not isinstance(t, Tactic):
-            raise TuningError(f"tactics[{key!r}]: a Tactic, its JSON or its text, not {t!r}")
-        out[key] = t
-    return out
-
-
 #: the default heuristic: the schedule pass's own choice, no option changed
 DEFAULT = Tactic()

@@ -18,18 +18,32 @@ Decisions:
   loop_to_llvm re-emits top-level scalars in each kernel that uses them, as on the CPU;
 * ``loc`` of each launch is that of the nest it replaces, so errors and ``inspect`` still name
   the ONNX node.
+
+**Tactics** (auto-tuning, ptxc/tune/): the pass's ``tactics`` maps kernel keys
+(:func:`ptxc.tactic.kernels.kernel_key`, computed before any kernel of the function is mapped) to
+:class:`~ptxc.tactic.tactic.Tactic` values. A kernel with a tactic is mapped with the pass's
+options as the tactic sets them (:meth:`Tactic.apply`) by the one schedule it names (``auto``:
+all in order), and a schedule that declines it is a TuningError naming the tactic and the
+kernel (:func:`schedule_kernel`). The launches of a non-default tactic (split-K's second one
+too) carry ``tactic`` (its text) and ``tuning_key``. Without tactics the pass maps as it always
+did. :meth:`MapToGpu.candidates` lists a kernel's candidate tactics (gpu_map/tactics.py).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import attrs
 
 from ...dialects.func import func_body, functions
 from ...dialects.gpu import MAX_THREADS
-from ...errors import CompileError
+from ...errors import CompileError, TuningError
 from ...ir.core import Operation
 from ...rewrite.pass_ import Pass, register_pass
 from ...target import Target
+from ...tactic.kernels import kernel_key
+from ...tactic.tactic import DEFAULT, Tactic
+from ...tactic.tactic_map import NO_TACTICS, tactic_map
 from . import mma, mma_config, mma_epilogue, pointwise, reduction, tiled, wgmma
 from .common import KERNEL_OPS, parallel_space, pdl_enabled, points
 
@@ -55,13 +69,28 @@ def map_to_gpu(module: Operation, options=None) -> bool:
     module docstring); returns whether anything changed."""
     changed = False
     pdl = pdl_enabled(options)
+    tactics = getattr(options, "tactics", None) or {}
     for f in functions(module):
         body = func_body(f)
+        # keys before any kernel is mapped: what ptxc.tactic.kernels.kernels_of gives the tuner
+        keys = {id(op): kernel_key(op) for op in body.ops if op.name in KERNEL_OPS} \
+            if tactics else {}
         for op in list(body.ops):
             if op.name not in KERNEL_OPS:
                 continue
             changed = True
             if _empty(op):
+                op.erase()
+                continue
+            key = keys.get(id(op))
+            tactic = tactics.get(key, DEFAULT) if key is not None else DEFAULT
+            if tactic != DEFAULT:
+                own = tactic.apply(options)
+                for launch in schedule_kernel(op, tactic, options):
+                    launch.attributes["tactic"] = str(tactic)
+                    launch.attributes["tuning_key"] = key
+                    if pdl_enabled(own):
+                        launch.attributes["pdl"] = True
                 op.erase()
                 continue
             for _, sched in SCHEDULES:
@@ -72,10 +101,29 @@ def map_to_gpu(module: Operation, options=None) -> bool:
         if left:
             raise CompileError("map-to-gpu: no schedule took " + ", ".join(left))
         if pdl:   # every launch, a schedule's second ones too (split-K's sum of the splits)
-            for op in body.ops:
-                if op.name == "gpu.launch":
+            for op in body.ops:   # (a tactic's launches follow its own options, above)
+                if op.name == "gpu.launch" and "tactic" not in op.attributes:
                     op.attributes["pdl"] = True
     return changed
+
+
+def schedule_kernel(op: Operation, tactic: Tactic, options) -> list[Operation]:
+    """Map the top-level kernel ``op`` as ``tactic`` says (module docstring, "Tactics"): the
+    launches inserted before ``op`` (which the caller erases), or a TuningError naming the
+    tactic and ``op`` where its schedule declines the kernel or is not one of
+    :data:`SCHEDULES`. ``options``: the pass (None: its defaults)."""
+    own = tactic.apply(options if options is not None else MapToGpu())
+    names = [name for name, _ in SCHEDULES]
+    if tactic.schedule != "auto" and tactic.schedule not in names:
+        raise TuningError(f"tactic {tactic}: map-to-gpu has no schedule {tactic.schedule!r} "
+                          f"(its schedules: {', '.join(names)}; auto: all in order)")
+    block = op.block
+    before = {id(o) for o in block.ops}
+    for name, sched in SCHEDULES:
+        if tactic.schedule in ("auto", name) and sched(op, own) is not None:
+            return [o for o in block.ops if o.name == "gpu.launch" and id(o) not in before]
+    raise TuningError(f"tactic {tactic}: the {tactic.schedule} schedule declines the kernel "
+                      f"{op.where}")
 
 
 def _check_block_size(instance, attribute, value):
@@ -169,6 +217,13 @@ def _check_target(instance, attribute, value):
         raise ValueError(f"target: map-to-gpu writes cuda kernels, the target is {value.kind!r}")
 
 
+def _check_reduction_block(instance, attribute, value):
+    if not isinstance(value, int) or not (value == 0 or (
+            reduction.MIN_BLOCK <= value <= MAX_THREADS and value & (value - 1) == 0)):
+        raise ValueError(f"reduction-block-size must be 0 (the schedule's choice) or a power of "
+                         f"two in [{reduction.MIN_BLOCK}, {MAX_THREADS}], is {value!r}")
+
+
 def _check_min_reduction(instance, attribute, value):
     if not isinstance(value, int) or value < 0:
         raise ValueError(f"tiled-min-reduction must be a count of reduction points >= 0, is "
@@ -241,6 +296,12 @@ class MapToGpu(Pass):
     and the placement of its blocks overlap that kernel's tail (:func:`pdl_enabled`).
     ``pdl-early-weights`` (``true``): there, an mma or wgmma kernel copies the first K tiles
     of its constant operand (the weights) before it waits (mma_kernel._Builder._prologue).
+    ``reduction-block-size`` (0: reduction.block_size decides): the reduction schedule's
+    threads per block, a power of two (for tuning runs).
+    ``tactics``: kernel key -> :class:`~ptxc.tactic.tactic.Tactic` (module docstring,
+    "Tactics"; a :class:`~ptxc.tactic.tactic_map.TacticMap`, not pipeline text: the compile spine
+    sets it on the pass object, as ``target``); empty, the default: no kernel is tuned.
+    :meth:`candidates` enumerates a kernel's tactics.
     ``index32`` (``true``): mma and wgmma launches ask for 32-bit index arithmetic
     (gpu.launch ``index_bits``, granted where every buffer is small enough; not the mma
     kernels with flat-row accesses, mma.INDEX32): a tenth less SASS in ResNet-50 b32's
@@ -320,12 +381,24 @@ class MapToGpu(Pass):
     wgmma_epilogue: str = attrs.field(default=_DEFAULT_WGMMA_EPILOGUE,
                                       validator=_check_wgmma_epilogue)
     wgmma_min_k_tiles: int = attrs.field(default=0, validator=_check_min_k_tiles)
+    reduction_block_size: int = attrs.field(default=0, validator=_check_reduction_block)
+    tactics: Mapping[str, Tactic] = attrs.field(default=NO_TACTICS, converter=tactic_map)
 
     def __str__(self) -> str:
         """Pipeline text of the text options: the ``target`` is an object the compile spine
-        sets, not text (``arch`` is its text form), so it is left out."""
-        return str(attrs.evolve(self, target=None)) if self.target is not None else \
-            super().__str__()
+        sets, not text (``arch`` is its text form), and so are the ``tactics``: both are left
+        out."""
+        if self.target is not None or self.tactics:
+            return str(attrs.evolve(self, target=None, tactics=NO_TACTICS))
+        return super().__str__()
 
     def run(self, module: Operation) -> bool:
         return map_to_gpu(module, self)
+
+    def candidates(self, op: Operation, level: str = "full") -> list[Tactic]:
+        """The candidate tactics of the top-level kernel ``op`` (before this pass maps it) under
+        this pass's options: :data:`~ptxc.tactic.tactic.DEFAULT` first, each mapping the kernel
+        to other launches than every one before it; ``level`` ``fast`` (at most
+        tactics.MAX_FAST) or ``full`` (at most tactics.MAX_FULL). See gpu_map/tactics.py."""
+        from .tactics import candidates
+        return candidates(self, op, level)

@@ -60,18 +60,25 @@ from .mma_kernel import _Builder
 
 
 
-def schedule(op: Operation, options=None) -> Operation | None:
-    """Insert the mma launch for ``op`` and return it, or None when ``op`` is not a
-    reduced-precision contraction (fp32 nests go to the tiled schedule: fp32 stays fp32, and
-    so do the i32-shift form's integer nests of int8 layers that have no int8 form).
-    ``options.mma_epilogue`` (map-to-gpu's ``mma-epilogue``) picks :attr:`Config.epilogue`
-    (kept ``fragment`` where the staged region would not fit the shared memory).
-    A large fp16 GEMM on sm_90 takes the wgmma form instead (wgmma.py; options ``wgmma``,
-    ``arch``). None too where the target (common.target_of) has no mma.sync of the kind
-    (below sm_80): the tiled and pointwise schedules take the nest."""
-    c = analyze(op)
-    if c is None:
-        return None
+@attrs.frozen
+class Plan:
+    """What :func:`schedule` decided for one contraction under map-to-gpu's options, before
+    anything is built: the wgmma tile (``wgmma``; else the mma.sync ``cfg``), ``flat_m``
+    (mma-flat-m), ``early`` (pdl-early-weights under PDL), ``index32`` and the mma.sync
+    kernel's ``min_blocks``. Equal plans build equal launches (:func:`build` reads nothing
+    else), so a tuner compares options by their plans without building kernels
+    (gpu_map/tactics.py)."""
+    wgmma: object = None          # wgmma.Config | None
+    cfg: object = None            # mma_config.Config | None (when wgmma is None)
+    flat_m: bool = False
+    early: bool = False
+    index32: bool = False
+    min_blocks: int = 1
+
+
+def plan(c, options=None) -> Plan | None:
+    """The :class:`Plan` for contraction ``c`` (:func:`contraction.analyze`'s) under map-to-gpu's
+    ``options``, or None where the mma schedule declines it (:func:`schedule`)."""
     target = target_of(options)
     if not target.has(FEATURE[c.kind]):
         return None
@@ -79,10 +86,7 @@ def schedule(op: Operation, options=None) -> Operation | None:
     early = getattr(options, "pdl_early_weights", True) and pdl_enabled(options)
     index32 = getattr(options, "index32", INDEX32)
     if wcfg is not None:
-        launch = wgmma.build(c, wcfg, target, early)
-        if index32:
-            launch.attributes["index_bits"] = 32
-        return launch
+        return Plan(wgmma=wcfg, early=early, index32=index32)
     epilogue = getattr(options, "mma_epilogue", mma_epilogue.DEFAULT_EPILOGUE)
     cfg = choose(c, target, parse_tiles(getattr(options, "mma_tiles", ())),
                  getattr(options, "mma_stages", 0) or default_stages(c),
@@ -96,16 +100,47 @@ def schedule(op: Operation, options=None) -> Operation | None:
         cfg = attrs.evolve(cfg, epilogue_tiles=False)
     cfg = with_m_tiles(c, cfg, getattr(options, "mma_m_tiles", 0) or m_tiles(c, cfg), target)
     flat_m = getattr(options, "mma_flat_m", True)
-    if flat_m:
+    blocks = getattr(options, "mma_min_blocks", 0) or min_blocks(
+        rows_in_memory_order(c) if flat_m else c, cfg, target)
+    return Plan(cfg=cfg, flat_m=flat_m, early=early, index32=index32, min_blocks=blocks)
+
+
+def build(c, p: Plan, target) -> Operation:
+    """The launch of contraction ``c`` under plan ``p`` for ``target``, inserted before its nest
+    (which the caller erases)."""
+    if p.wgmma is not None:
+        launch = wgmma.build(c, p.wgmma, target, p.early)
+        if p.index32:
+            launch.attributes["index_bits"] = 32
+        return launch
+    if p.flat_m:
         c = rows_in_memory_order(c)
-    builder = _Builder(c, cfg, target, flat_m, early)
+    builder = _Builder(c, p.cfg, target, p.flat_m, p.early)
     launch = builder.build()
-    if index32 and not builder.flat_access:   # (index32's docstring: why not flat rows)
+    if p.index32 and not builder.flat_access:   # (index32's docstring: why not flat rows)
         launch.attributes["index_bits"] = 32
-    blocks = getattr(options, "mma_min_blocks", 0) or min_blocks(c, cfg, target)
-    if blocks > 1:
-        launch.attributes["min_blocks"] = blocks
+    if p.min_blocks > 1:
+        launch.attributes["min_blocks"] = p.min_blocks
     return launch
+
+
+def schedule(op: Operation, options=None) -> Operation | None:
+    """Insert the mma launch for ``op`` and return it, or None when ``op`` is not a
+    reduced-precision contraction (fp32 nests go to the tiled schedule: fp32 stays fp32, and
+    so do the i32-shift form's integer nests of int8 layers that have no int8 form).
+    ``options.mma_epilogue`` (map-to-gpu's ``mma-epilogue``) picks :attr:`Config.epilogue`
+    (kept ``fragment`` where the staged region would not fit the shared memory).
+    A large fp16 GEMM on sm_90 takes the wgmma form instead (wgmma.py; options ``wgmma``,
+    ``arch``). None too where the target (common.target_of) has no mma.sync of the kind
+    (below sm_80): the tiled and pointwise schedules take the nest. The decision is
+    :func:`plan`'s, the launch :func:`build`'s."""
+    c = analyze(op)
+    if c is None:
+        return None
+    p = plan(c, options)
+    if p is None:
+        return None
+    return build(c, p, target_of(options))
 
 
 #: map-to-gpu's ``index32`` default: mma and wgmma launches ask for 32-bit index arithmetic

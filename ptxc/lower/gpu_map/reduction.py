@@ -73,7 +73,9 @@ tree halves evenly; at least 4 iterations per thread before the tree is worth it
 ``log2(B)`` barriers; 256 is the usual choice of CUB and PyTorch for long rows), up to 1024
 when there are fewer points than the target has SMs (each block has an SM to itself, and more
 threads keep more loads in flight), and never more than the partials fit in the target's
-static shared memory per block (48 KiB). Each thread
+static shared memory per block (48 KiB). map-to-gpu's ``reduction-block-size`` (0, the
+default: this rule) replaces ``B`` for tuning (gpu_map/tactics.py), halved where the target
+cannot hold it (:func:`fit_block`). Each thread
 starts its partials at the combiner's identity (0, 1, -inf/+inf for floats, the type's min/max
 for integers), runs ``N // B`` full rounds (iterations ``t, t + B, ...``) with the partials in
 registers (a ``loop.for`` with static bounds, no guard), stores them to shared memory (one
@@ -300,10 +302,17 @@ def block_size(trip: int, points: int, target: Target, partial_bytes: int = 4) -
     want = max(1, -(-trip // ITERS_PER_THREAD))
     b = 1 << (want - 1).bit_length()
     top = MAX_BLOCK_FEW if points < target.sms else MAX_BLOCK
-    top = min(top, target.max_threads_per_block)
-    while top > MIN_BLOCK and top * partial_bytes > target.shared_per_block_static:
-        top //= 2
-    return max(MIN_BLOCK, min(top, b))
+    return max(MIN_BLOCK, min(fit_block(top, target, partial_bytes), b))
+
+
+def fit_block(block: int, target: Target, partial_bytes: int = 4) -> int:
+    """``block`` halved until it is at most the target's threads per block and its partials
+    (``partial_bytes`` a thread) fit the target's static shared memory per block; not under
+    :data:`MIN_BLOCK`."""
+    block = min(block, target.max_threads_per_block)
+    while block > MIN_BLOCK and block * partial_bytes > target.shared_per_block_static:
+        block //= 2
+    return block
 
 
 class _Emitter:
@@ -375,11 +384,12 @@ def _clone_iteration(b: Builder, m: Match, ivs: list[Value], mapping: dict,
 def build(m: Match, b: Builder, target: Target, block: int | None = None) -> Operation:
     """Insert the launch for match ``m`` at ``b`` (before the nest) for ``target``; returns it.
     ``block`` overrides :func:`block_size` (a power of two of at least 32: the tree halves
-    it)."""
+    it; halved where the target cannot hold it, :func:`fit_block`)."""
     par, red = m.par, m.red
     types = [v.type for v in red.results]
-    bsz = block or block_size(m.trip, m.points, target,
-                              sum(t.np_dtype.itemsize for t in types))
+    partial_bytes = sum(t.np_dtype.itemsize for t in types)
+    bsz = fit_block(block, target, partial_bytes) if block else \
+        block_size(m.trip, m.points, target, partial_bytes)
     if bsz < MIN_BLOCK or bsz & (bsz - 1):
         raise CompileError(f"{par.where}: reduction block size {bsz} is not a power of two "
                            f">= {MIN_BLOCK}")
@@ -464,10 +474,13 @@ def _option(options, name: str, default: int) -> int:
 
 def schedule(op: Operation, options=None) -> Operation | None:
     """The map-to-gpu entry point: insert a ``reduction`` launch before ``op`` and return it,
-    or return None when ``op`` is not a reduction nest worth splitting (:func:`analyze`)."""
+    or return None when ``op`` is not a reduction nest worth splitting (:func:`analyze`).
+    map-to-gpu's ``reduction-block-size`` (0: :func:`block_size` decides) sets the threads
+    per block."""
     m = analyze(op, _option(options, "reduction_min_trip", MIN_TRIP),
                 _option(options, "reduction_min_work", MIN_WORK),
                 _option(options, "reduction_max_points", MAX_POINTS))
     if isinstance(m, str):
         return None
-    return build(m, Builder.before_op(op), target_of(options))
+    return build(m, Builder.before_op(op), target_of(options),
+                 _option(options, "reduction_block_size", 0) or None)
