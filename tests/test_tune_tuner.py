@@ -125,3 +125,31 @@ def test_tuning_options_are_checked():
     assert o.tactics["0123456789abcdef"] == Tactic("auto", {"variant": "2"})
     assert o.cache_key() != CompileOptions.make("cpu").cache_key()
     assert attrs.evolve(o, tuning="fast").cache_key() == o.cache_key()
+
+
+def test_a_script_without_a_main_guard_tunes_once(tmp_path):
+    """The candidate-build pool's workers must not import the caller's main script: a script
+    that tunes at its top level (no ``if __name__ == "__main__"``) would otherwise run again in
+    every worker. Real cpu tuning, two build processes, the output printed once."""
+    import subprocess
+    import sys
+    import textwrap
+    script = tmp_path / "tune_at_top_level.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(__import__("os").path.dirname(__file__))!r})
+        import ptxc
+        from ptxc.tune.tuner import Tuner
+        from ptxc.target import Target
+        from support.tune_schedule import fc_module
+        import ptxc.lower.cpu_schedule as cs
+        t = Tuner(Target.host(), "fast", jobs=2, progress=False)
+        m = fc_module()
+        t.choose_tactics(m, cs.CpuSchedule(target=Target.host()))
+        print("TUNED", len(t.report), [r.source for r in t.report])
+    """))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=300, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.count("TUNED") == 1, p.stdout
+    assert "'tuned'" in p.stdout

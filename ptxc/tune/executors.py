@@ -37,13 +37,14 @@ def task(kernel_text: str, key: str, pass_text: str, target: dict, candidates: l
             "candidates": candidates, "runs": runs, "jobs": jobs, "deadline": deadline}
 
 
-def run_task(t: dict, timer=None) -> dict | None:
-    """Measure one task here (module docstring); None when its deadline has passed."""
+def run_task(t: dict, timer=None, pool=None) -> dict | None:
+    """Measure one task here (module docstring); None when its deadline has passed.
+    ``pool``: a process pool to build its candidates in (None: here)."""
     if t["deadline"] is not None and time.time() > t["deadline"]:
         return None
     from .tuner import tune_kernel
     return tune_kernel(t["kernel_text"], t["key"], t["pass_text"], t["target"],
-                       t["candidates"], t["runs"], t["jobs"], timer)
+                       t["candidates"], t["runs"], pool, timer)
 
 
 class Here:
@@ -55,11 +56,17 @@ class Here:
         self.timer = timer
 
     def run(self, tasks: list):
-        for i, t in enumerate(tasks):
-            try:
-                yield i, run_task(t, self.timer)
-            except Exception as e:  # noqa: BLE001  (one kernel's failure is that kernel's)
-                yield i, e
+        from .tuner import build_pool
+        pool = build_pool(tasks[0]["jobs"]) if tasks else None
+        try:
+            for i, t in enumerate(tasks):
+                try:
+                    yield i, run_task(t, self.timer, pool)
+                except Exception as e:  # noqa: BLE001  (one kernel's failure is that kernel's)
+                    yield i, e
+        finally:
+            if pool is not None:
+                pool.shutdown()
 
 
 def _pin_worker(devices) -> None:
@@ -69,7 +76,7 @@ def _pin_worker(devices) -> None:
 
 def _run_pinned(t: dict):
     try:
-        return run_task(dict(t, jobs=1))
+        return run_task(t)
     except Exception as e:  # noqa: BLE001
         return e
 
@@ -87,10 +94,13 @@ class EveryGpu:
     def run(self, tasks: list):
         import multiprocessing
         ctx = multiprocessing.get_context("spawn")   # no CUDA state inherited
+        from ..ptx.jobs import _main_hidden
         queue = ctx.Queue()
         for d in self.devices:
             queue.put(d)
-        with ctx.Pool(len(self.devices), initializer=_pin_worker, initargs=(queue,)) as pool:
+        with _main_hidden():    # spawned workers must not re-run the main script
+            pool = ctx.Pool(len(self.devices), initializer=_pin_worker, initargs=(queue,))
+        with pool:
             pending = {i: pool.apply_async(_run_pinned, (t,)) for i, t in enumerate(tasks)}
             while pending:
                 for i in [i for i, r in pending.items() if r.ready()]:
@@ -139,7 +149,7 @@ class Ray:
 
 
 def _ray_task(t: dict):
-    return run_task(dict(t, jobs=1))
+    return run_task(t)
 
 
 #: ``tuning_workers=``: where kernels are measured

@@ -104,13 +104,14 @@ class Row:
 
 
 def tune_kernel(kernel_text: str, key: str, pass_text: str, target: dict,
-                candidates: list[dict], runs: int, jobs: int = 1, timer=None) -> dict:
+                candidates: list[dict], runs: int, pool=None, timer=None) -> dict:
     """Measure ``candidates`` (``Tactic.to_json`` dicts, the default first) of one isolated
     kernel on this process's device and choose (:func:`choose`); plain data in and out, so it
     runs here, in a worker pinned to one GPU, or as a Ray task. Returns ``{"tactic", "time_s",
     "default_time_s", "candidates", "rejected"}``. ``timer(tactic, bench, inputs, runs)``
-    replaces the device timing (tests: a fake timer)."""
-    arts = _build_all(kernel_text, key, pass_text, target, candidates, jobs)
+    replaces the device timing (tests: a fake timer). ``pool``: a process pool to build the
+    candidates in (:func:`build_pool`; None: here)."""
+    arts = _build_all(kernel_text, key, pass_text, target, candidates, pool)
     measured, reference, inputs = [], None, None
     for i, (tj, art) in enumerate(zip(candidates, arts)):
         tactic = Tactic.from_json(tj)
@@ -144,16 +145,15 @@ def tune_kernel(kernel_text: str, key: str, pass_text: str, target: dict,
             "candidates": sum(1 for m in measured if m.error is None), "rejected": rejected}
 
 
-def _build_all(kernel_text, key, pass_text, target, candidates, jobs) -> list:
-    """Each candidate's Artifact (or the exception that stopped its build), in order."""
+def _build_all(kernel_text, key, pass_text, target, candidates, pool=None) -> list:
+    """Each candidate's Artifact (or the exception that stopped its build), in order; in
+    ``pool`` (a process pool, :func:`build_pool`) where given, else here."""
     args = [(kernel_text, key, pass_text, target, c) for c in candidates]
-    if jobs > 1 and len(args) > 1:
-        import concurrent.futures as cf
-
-        from ..ptx.jobs import _pool_context
-        with cf.ProcessPoolExecutor(min(jobs, len(args)), mp_context=_pool_context()) as ex:
-            futs = [ex.submit(build_candidate, *a) for a in args]
-            return [_result(f) for f in futs]
+    if pool is not None and len(args) > 1:
+        from ..ptx.jobs import _main_hidden
+        with _main_hidden():   # workers start at submit: they must not re-run the main script
+            futs = [pool.submit(build_candidate, *a) for a in args]
+        return [_result(f) for f in futs]
     out = []
     for a in args:
         try:
@@ -161,6 +161,18 @@ def _build_all(kernel_text, key, pass_text, target, candidates, jobs) -> list:
         except Exception as e:  # noqa: BLE001  (a candidate that does not build loses)
             out.append(e)
     return out
+
+
+def build_pool(jobs: int):
+    """A process pool for candidate builds (None where one process will do: ``jobs`` 1, or
+    inside a pool's worker already), kept for a whole tuning run: workers start once."""
+    import concurrent.futures as cf
+    import multiprocessing
+
+    from ..ptx.jobs import _pool_context
+    if jobs <= 1 or multiprocessing.current_process().daemon:
+        return None
+    return cf.ProcessPoolExecutor(jobs, mp_context=_pool_context())
 
 
 def _result(fut):
