@@ -23,11 +23,9 @@ def _ort(model, feeds):
 def _models():
     rng = np.random.default_rng(0)
     cnn = cbr_model(channels=32, size=32)
-    att = bert_attention(b=2, s=64, heads=4, d=32)
+    att, att_feeds = bert_attention(b=2, s=64, heads=4, d=32)
     return [("cnn", cnn, {"x": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}),
-            ("attention", att, {n.name: rng.standard_normal(
-                [d.dim_value for d in n.type.tensor_type.shape.dim]).astype(np.float32)
-                for n in att.graph.input if n.type.tensor_type.elem_type == 1})]
+            ("attention", att, att_feeds)]
 
 
 @pytest.mark.parametrize("name, model, feeds", _models(), ids=["cnn", "attention"])
