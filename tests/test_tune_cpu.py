@@ -75,6 +75,18 @@ def test_the_plan_keeps_the_tuning_record(tuned, tmp_path):
     assert f"tuning: {len(engine.tuning)} distinct kernels" in text
     for r in engine.tuning:
         assert f"tactic {r['tactic']} [tuned]" in text
+    # each kernel's row names its tactic, and so does the profile
+    tuned_kernels = [k for k in engine.kernels.kernels if k.tactic]
+    assert tuned_kernels and {k.tactic for k in tuned_kernels} <= {r["tactic"] for r in
+                                                                   engine.tuning}
+    for k in tuned_kernels:
+        assert f"{k.name}  layer" in text and f"tactic {k.tactic}" in text
+    assert [k.tactic for k in loaded.kernels.kernels] == [k.tactic for k in
+                                                          engine.kernels.kernels]
+    from ptxc.tools.profile import profile_engine
+    prof = profile_engine(loaded, _feeds())
+    assert [r.tactic for r in prof.rows] == [k.tactic for k in engine.kernels.kernels]
+    assert f"[tactic {tuned_kernels[0].tactic}]" in prof.format()
     np.testing.assert_array_equal(loaded.run(_feeds())["y"], engine.run(_feeds())["y"])
 
 

@@ -74,7 +74,8 @@ class KernelInfo:
     the runtime splits a parallel kernel's outer range into, whatever its work (1: one call on
     the calling thread); 0, the default, leaves it to the runtime's pool and its
     ``min_parallel_work`` rule (the kernel's ``cpu.threads``, :mod:`ptxc.lower.cpu_schedule`;
-    a plan written before the field loads as 0)."""
+    a plan written before the field loads as 0). ``tactic``: the tactic a tuned build gave
+    the kernel (:mod:`ptxc.tactic`; None: the default heuristic's)."""
 
     name: str
     buffers: tuple
@@ -91,6 +92,7 @@ class KernelInfo:
     nodes: tuple = ()
     pdl: bool = False
     threads: int = 0
+    tactic: str | None = None
 
 
 @attrs.frozen

@@ -419,7 +419,8 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
                           schedule=op.attributes.get("schedule"),
                           dynamic_shared=dynamic_shared,
                           tile=op.attributes.get("tile"), nodes=nodes_of(op),
-                          pdl=bool(op.attributes.get("pdl", False)))
+                          pdl=bool(op.attributes.get("pdl", False)),
+                          tactic=op.attributes.get("tactic"))
         seen.setdefault(key, info)
         return info
     k = _Kernel(m, f"kernel_{index}", roots, tops, check_ids, hints=cpu_hints(op))
@@ -442,7 +443,8 @@ def _emit_kernel(m: ir.Module, op: Operation, index: int, slot_of: dict,
     _state_footprint(k, [slots[slot_of[r]] for r in roots], trip)
     return KernelInfo(k.fn.name, tuple(slot_of[r] for r in roots), trip, parallel,
                       _op_work(op), op.loc, nodes=nodes_of(op),
-                      threads=int(op.attributes.get(THREADS_ATTR, 0)))
+                      threads=int(op.attributes.get(THREADS_ATTR, 0)),
+                      tactic=op.attributes.get("tactic"))
 
 
 class _Module(ir.Module):

@@ -50,7 +50,8 @@ def _kernel_table(header: dict, blobs: dict, source: str):
                                                     for i in k.buffers)
                     and _is_int(k.trip_count) and k.trip_count >= 0 and _is_int(k.work)
                     and isinstance(k.parallel, bool) and isinstance(k.pdl, bool)
-                    and _is_int(k.threads)):
+                    and _is_int(k.threads)
+                    and (k.tactic is None or (isinstance(k.tactic, str) and len(k.tactic) < 4096))):
                 raise ValueError(f"kernel {k.name!r}")
             most = max([table.slots[i].span for i in k.buffers] + [1])
             if header.get("target") != "cuda" and k.trip_count > most:

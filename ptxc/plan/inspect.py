@@ -133,7 +133,8 @@ def _report(path, data, header: dict, signed: bool) -> str:
             shape = f"outer range {k.get('trip_count')} ({mode})" + (
                 f"  threads {k['threads']}" if k.get("threads") else "")
         out.append(f"  {k.get('name')}  layer {k.get('loc')!r}  {shape}  precision "
-                   f"{_precision(k, slots)}  buffers {', '.join(names)}")
+                   f"{_precision(k, slots)}  buffers {', '.join(names)}"
+                   + (f"  tactic {k['tactic']}" if k.get("tactic") else ""))
     out += _tuning(header.get("tuning"))
     mp = header.get("memory_plan")
     if mp:

@@ -32,6 +32,7 @@ class KernelRow:
     block: tuple | None
     start: float      # seconds from the first kernel's start
     time: float       # seconds
+    tactic: str | None = None   # a tuned build's tactic for the kernel (None: the heuristic's)
 
 
 @attrs.frozen
@@ -61,7 +62,8 @@ class Profile:
             grid = "x".join(map(str, r.grid)) if r.grid else "-"
             nodes = ", ".join(self.node_label(n) for n in r.nodes) or "-"
             lines.append(f"{r.time * 1e3:10.4f} {r.time / total * 100:5.1f}%  {r.kernel:<11} "
-                         f"{r.schedule or '-':<10} {grid:<14} {nodes}")
+                         f"{r.schedule or '-':<10} {grid:<14} {nodes}"
+                         + (f"  [tactic {r.tactic}]" if r.tactic else ""))
         if top is not None and len(rows) > top:
             rest = sum(r.time for r in rows[top:])
             lines.append(f"{rest * 1e3:10.4f} {rest / total * 100:5.1f}%  ({len(rows) - top} "
@@ -73,7 +75,8 @@ class Profile:
                 "kernel_total_ms": self.kernel_total * 1e3,
                 "kernels": [{"kernel": r.kernel, "index": r.index, "time_ms": r.time * 1e3,
                              "nodes": [self.node_label(n) for n in r.nodes],
-                             "schedule": r.schedule, "grid": r.grid, "block": r.block}
+                             "schedule": r.schedule, "grid": r.grid, "block": r.block,
+                             "tactic": r.tactic}
                             for r in sorted(self.rows, key=lambda r: -r.time)]}
 
     def chrome_trace(self) -> dict:
@@ -112,7 +115,7 @@ def profile_engine(engine, feeds: dict, op_types: dict | None = None,
             spans[i] = (a - t0, b - a)
         spans = [s or (0.0, 0.0) for s in spans]
     rows = tuple(KernelRow(i, k.name, tuple(k.nodes or ((k.loc,) if k.loc else ())),
-                           *_schedule(engine.target, k), s, d)
+                           *_schedule(engine.target, k), s, d, getattr(k, "tactic", None))
                  for i, (k, (s, d)) in enumerate(zip(kernels, spans)))
     return Profile(engine.target, rows, measured, dict(op_types or {}))
 
