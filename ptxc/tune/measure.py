@@ -64,6 +64,20 @@ def build_candidate(kernel_text: str, key: str, pass_text: str, target: dict,
     return build(module, tgt)
 
 
+def spill_reason(artifact) -> str | None:
+    """Why a cuda candidate cannot be valid before it runs: ptxas reports register spills in
+    one of its kernels (``"spills 96 bytes (kernel_0)"``); None where none spills, on cpu, or
+    where ptxas is absent (not known: the candidate is timed)."""
+    if artifact.kind != "cuda" or not artifact.ptx:
+        return None
+    from .spills import ptxas_report
+    rep = ptxas_report(artifact.ptx, artifact.arch)
+    spilled = {k: r["spill_bytes"] for k, r in (rep or {}).items() if r["spill_bytes"]}
+    if not spilled:
+        return None
+    return "spills " + ", ".join(f"{b} bytes ({k})" for k, b in sorted(spilled.items()))
+
+
 def synthetic_inputs(artifact, seed: int = 0) -> dict:
     """Host arrays for every argument of the kernel's function (module docstring)."""
     rng = np.random.default_rng(seed)

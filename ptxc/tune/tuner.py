@@ -36,7 +36,8 @@ import time
 import attrs
 
 from ..errors import TuningError
-from .measure import Bench, build_candidate, compare_outputs, median, synthetic_inputs
+from .measure import (Bench, build_candidate, compare_outputs, median, spill_reason,
+                      synthetic_inputs)
 from ..tactic.tactic import DEFAULT, Tactic
 
 log = logging.getLogger("ptxc.tune")
@@ -117,6 +118,10 @@ def tune_kernel(kernel_text: str, key: str, pass_text: str, target: dict,
         tactic = Tactic.from_json(tj)
         if isinstance(art, Exception):
             measured.append(Measured(tactic, i, error=f"build: {art}"))
+            continue
+        spilled = spill_reason(art) if i > 0 else None   # (the default is always a candidate)
+        if spilled is not None:
+            measured.append(Measured(tactic, i, error=spilled))
             continue
         try:
             bench = Bench.for_artifact(art)
