@@ -153,3 +153,33 @@ def test_a_script_without_a_main_guard_tunes_once(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.count("TUNED") == 1, p.stdout
     assert "'tuned'" in p.stdout
+
+
+def test_every_gpu_hands_kernels_to_one_pinned_worker_per_device():
+    """The one-worker-per-GPU executor's mechanics, on the cpu target (its workers measure
+    whatever the target is): two workers, each pinned (CUDA_VISIBLE_DEVICES) to its own device
+    before anything runs, every kernel measured once, the results back in the caller."""
+    import ptxc.lower.cpu_schedule as cs
+    from ptxc.tune import executors
+    from ptxc.frontend.load import as_module
+    from support.tool_models import cbr_model
+    m = as_module(cbr_model(channels=8, size=16))
+    run_stages(m, "loop", CompileOptions.make("cpu", stage_passes={
+        "loop": "lower-tensor-to-loop"}), progress=None)
+    keys = {k.key for k in kernels_of(m)}
+    assert len(keys) > 2
+    pinned = []
+    ex = executors.EveryGpu([0, 1])
+    tasks_seen = []
+    real_run = ex.run
+
+    def run(tasks):
+        tasks_seen.extend(tasks)
+        for i, res in real_run(tasks):
+            pinned.append(res.get("device"))
+            yield i, res
+    ex.run = run
+    t = Tuner(Target.host(), "fast", TimingCache(), jobs=1, executor=ex, progress=False)
+    t.choose_tactics(m, cs.CpuSchedule(target=Target.host()))
+    assert len(tasks_seen) == len(keys) and {r.source for r in t.report} == {"tuned"}
+    assert set(pinned) <= {"0", "1"} and len(pinned) == len(keys)

@@ -75,10 +75,12 @@ def _pin_worker(devices) -> None:
 
 
 def _run_pinned(t: dict):
+    """A task in a pinned worker; its result names the GPU that measured it (``device``)."""
     try:
-        return run_task(t)
+        res = run_task(t)
     except Exception as e:  # noqa: BLE001
         return e
+    return res if res is None else dict(res, device=os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 class EveryGpu:
