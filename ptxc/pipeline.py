@@ -19,8 +19,9 @@ graph      import, then ``graph-opt`` (``graph_passes``);      graph dialect, op
            ``lower-precision``
 tensor     ``lower-graph-to-tensor,fuse-tensor-elementwise``   tensor dialect (structured ops)
            (cuda: ``sink-collapse-reshapes`` between them)
-loop       ``lower-tensor-to-loop`` (cpu);                     loop dialect (buffers, loop nests;
-           ``lower-tensor-to-loop,map-to-gpu`` (cuda)          cuda: gpu.launch kernels)
+loop       ``lower-tensor-to-loop,cpu-schedule`` (cpu);        loop dialect (buffers, loop nests;
+           ``lower-tensor-to-loop,map-to-gpu`` (cuda); the     cuda: gpu.launch kernels)
+           last is the target's schedule pass (tactics)
 llvm       loop-to-llvm (llvmlite.ir; cuda: target nvptx)      LLVM IR text, a kernel table
 ptx        :func:`ptxc.codegen.lower_to_ptx` (cuda only)       PTX text for one arch
 =========  ==================================================  =================================
