@@ -116,7 +116,7 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
             key = compile_cache.cache_key(model, target, options.cache_key())
             from .driver.load import load_plan
             engine = compile_cache.lookup(
-                key, lambda path: load_plan(path, threads=options.threads))
+                key, lambda path, k: load_plan(path, threads=options.threads, key=k))
             if engine is not None:
                 if target == "cuda":
                     engine.cuda_graph = options.cuda_graph

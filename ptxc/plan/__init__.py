@@ -10,5 +10,6 @@ Modules: :mod:`.format` (the container: prefix, JSON header, blobs, SHA-256), :m
 engine's header and blobs), :mod:`.load` (a file's Artifact and options, after the checks;
 the driver makes the Engine), :mod:`.checks`
 (the content checks), :mod:`.object_code` (the ELF check of a cpu plan's object code),
-:mod:`.trust` (reading a file, signing), :mod:`.inspect`, :mod:`.cache` (the compile cache).
+:mod:`.trust` (reading a file, signing), :mod:`.inspect`, :mod:`.cache` (the compile cache) and
+:mod:`.cache_trust` (its key and ownership checks).
 """

@@ -5,9 +5,13 @@
 
 Where: ``$PTXC_CACHE_DIR``, else ``$XDG_CACHE_HOME/ptxc``, else ``~/.cache/ptxc``. Off with
 ``PTXC_CACHE=0`` (or ``compile(cache=False)``). Entries are plan files (``<key>.plan``) written
-atomically; a damaged or mismatched entry is a PlanError on load, and is then ignored and
-replaced. When the folder passes ``PTXC_CACHE_MAX_MB`` (default 4096), the least recently used
-entries go.
+atomically and signed with a per-user key kept beside the folder (``<parent>/ptxc-cache.key``);
+the folder, the key and each entry must be this user's and writable by no one else
+(:mod:`ptxc.plan.cache_trust`: a plan is code, and a cache others can write to would run
+theirs). A refused folder or key leaves the cache off, a refused entry unused, each with a
+warning on the ``ptxc.cache`` logger; an entry that is damaged, tampered with or signed with
+another key is a PlanError on load, and is then removed (warning) and replaced. When the folder
+passes ``PTXC_CACHE_MAX_MB`` (default 4096), the least recently used entries go.
 
 The key is a SHA-256 over: the model's bytes (an ONNX path is read; a ModelProto serialized),
 every option of ``compile`` that changes the result (``CompileOptions.cache_key``: target,
@@ -33,6 +37,8 @@ import logging
 import os
 
 import numpy as np
+
+from . import cache_trust as trust
 
 log = logging.getLogger("ptxc.cache")
 
@@ -109,19 +115,38 @@ def cache_key(model, target: str, options: dict) -> str | None:
 
 
 def lookup(key: str, load):
-    """The cached engine of ``key``, or None (a missing or unusable entry); ``load(path)``
-    makes the engine of a plan file (the driver's :func:`~ptxc.driver.load.load_plan`)."""
+    """The cached engine of ``key``, or None (a missing, refused or unusable entry);
+    ``load(path, key)`` makes the engine of a plan file signed with ``key`` (the driver's
+    :func:`~ptxc.driver.load.load_plan`). Nothing of an entry is used before the folder, the
+    key and the entry pass :mod:`ptxc.plan.cache_trust`'s checks and the signature verifies; an
+    entry that fails to load is removed (the compile then stores a fresh one)."""
     from ..errors import PtxcError
     d = cache_dir()
     if d is None or key is None:
         return None
     path = os.path.join(d, key + ".plan")
-    if not os.path.exists(path):
+    if not os.path.isdir(d) or not os.path.lexists(path):
+        return None
+    if not trust.check_folder(d):
+        return None
+    signing_key = trust.cache_key_bytes(d)
+    if signing_key is None:
         return None
     try:
-        engine = load(path)
+        why = trust.entry_refusal(path)
+    except OSError:
+        return None  # gone meanwhile
+    if why is not None:
+        log.warning("compile cache: not loading %s (%s); compiling", path, why)
+        return None
+    try:
+        engine = load(path, signing_key)
     except PtxcError as e:
-        log.info("compile cache: ignoring %s (%s)", path, e)
+        log.warning("compile cache: dropping %s (%s); compiling", path, e)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
         return None
     try:
         os.utime(path)  # recently used
@@ -132,13 +157,18 @@ def lookup(key: str, load):
 
 
 def store(key: str, engine) -> None:
-    """Put ``engine`` in the cache (best effort: a cache that cannot be written is skipped)."""
+    """Put ``engine`` in the cache, signed with the cache's key (best effort: a cache that
+    cannot be written, or is refused by :mod:`ptxc.plan.cache_trust`, is skipped)."""
     d = cache_dir()
     if d is None or key is None:
         return
     try:
-        os.makedirs(d, exist_ok=True)
-        engine.save(os.path.join(d, key + ".plan"))
+        if not trust.prepare_folder(d):
+            return
+        signing_key = trust.cache_key_bytes(d)
+        if signing_key is None:
+            return
+        engine.save(os.path.join(d, key + ".plan"), key=signing_key)
         _evict(d, int(os.environ.get("PTXC_CACHE_MAX_MB", "4096")) << 20)
     except (OSError, ValueError) as e:
         log.info("compile cache: not stored (%s)", e)
