@@ -94,13 +94,21 @@ class Div(Arith):
 
 class Pow(OpSpec):
     """``A ** B`` with broadcasting. As ONNX ``Pow`` (T, T1), the exponent may have another
-    numeric element type than the base; the result has the base's type. Mixed types compute in
-    float64 and convert. A signed integer base with an integer exponent computes as onnxruntime
-    does, ``trunc(pow(double(A), double(B)))``, with a result that is not finite or does not fit
-    the type giving the type's minimum (x86's "integer indefinite": ``(-2**63) ** 2``,
-    ``7 ** 64`` and ``0 ** -1`` are ``-2**63`` in int64; issue 11: the compiled code used to
-    saturate where the interpreter wrapped); so ``2 ** -1 == 0``, ``(-1) ** -1 == -1``, and
-    results beyond 2**53 are the double's. An unsigned base wraps as numpy's."""
+    numeric element type than the base; the result has the base's type.
+
+    An integer base with an integer exponent is :func:`int_pow`: the exact power wrapped to the
+    base's type (two's complement), as ONNX's reference (numpy) computes it, on every target.
+    onnxruntime agrees wherever its double ``pow`` is exact (results within 2**53) and for the
+    exponents 2 and 3, which it multiplies out; beyond, its ``(int)pow(double, double)`` is
+    undefined in C++ (x86 gives the type's minimum, Arm saturates) and rounds results past
+    2**53, so ptxc does not follow it there. A negative exponent truncates the real power:
+    ``1 ** -n == 1``, ``(-1) ** -n == +-1``, other bases 0, and ``0 ** -n`` the type's
+    minimum (signed; onnxruntime on x86) or 0 (unsigned).
+
+    A signed integer base with a float exponent computes ``trunc(pow(double(A), double(B)))``;
+    a result that is not finite or does not fit the type gives the type's minimum (as
+    onnxruntime and numpy on x86; issue 40: the compiled code saturated to the maximum). Other
+    mixed types compute in float64 and convert."""
 
     name = "graph.pow"
     operands = ("A", "B")
@@ -119,23 +127,39 @@ class Pow(OpSpec):
     def reference(self, op, args, interp):
         a, b = args
         with np.errstate(all="ignore"):
-            if a.dtype.kind == "i" and b.dtype.kind in "iu":
+            if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+                c = int_pow(a, b)
+            elif a.dtype.kind == "i":
                 c = np.trunc(np.power(a.astype(np.float64), b.astype(np.float64)))
                 bits = a.dtype.itemsize * 8
                 ok = (c >= -2.0 ** (bits - 1)) & (c < 2.0 ** (bits - 1))
                 c = np.where(ok, c, -2.0 ** (bits - 1))
-            elif a.dtype.kind in "iu" and b.dtype.kind in "iu":
-                if b.dtype.kind == "i" and (b < 0).any():
-                    c = np.trunc(np.power(a.astype(np.float64), b.astype(np.float64)))
-                    c = np.nan_to_num(c, nan=0.0, posinf=0.0, neginf=0.0)
-                else:
-                    c = np.power(a.astype(np.int64) if a.dtype.kind == "i" else a,
-                                 b.astype(np.int64) if b.dtype.kind == "i" else b)
             elif a.dtype == b.dtype:
                 c = np.power(a, b)
             else:
                 c = np.power(a.astype(np.float64), b.astype(np.float64))
             return [np.asarray(c).astype(a.dtype)]
+
+
+def int_pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a ** b`` for integer arrays (broadcast), in ``a``'s type: for ``b >= 0`` the exact
+    power modulo 2**bits (square-and-multiply in uint64, whose products wrap, then truncated:
+    two's complement for a signed ``a``); for ``b < 0`` the real power truncated toward zero,
+    ``0 ** -n`` giving a signed type's minimum (an unsigned type's 0)."""
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    neg = b < 0 if b.dtype.kind == "i" else np.zeros(b.shape, bool)
+    with np.errstate(all="ignore"):
+        c = np.power(a.astype(np.uint64), np.where(neg, 0, b).astype(np.uint64))
+        out = c.astype(a.dtype)
+        if neg.any():
+            signed = a.dtype.kind == "i"
+            zero = np.iinfo(a.dtype).min if signed else 0
+            odd = (b & 1) != 0
+            minus_one = (a == -1) if signed else np.zeros(a.shape, bool)
+            real = np.where(a == 1, 1, np.where(minus_one, np.where(odd, -1, 1),
+                                                np.where(a == 0, zero, 0)))
+            out = np.where(neg, real.astype(a.dtype), out)
+    return out
 
 
 # ---- variadic ------------------------------------------------------------------------------

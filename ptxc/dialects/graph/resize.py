@@ -8,9 +8,19 @@ starts then all ends, one pair per axis).
 
 The reference is separable, as ONNX defines it: axis by axis (in increasing order), every output
 index is mapped to a source coordinate ``x``; ``nearest`` takes one input index, ``linear`` and
-``cubic`` a weighted sum of the neighbours of ``x`` (edge-clamped), the weights of one axis being
-a small (out, in) matrix. ``antialias`` widens the linear/cubic kernel by ``1 / scale`` when
+``cubic`` a weighted sum of the neighbours of ``x``: edge-clamped taps, taps on one input merged
+into one weight (:func:`clamped_taps`: the weight matrix's entry), summed tap by tap
+(:func:`tap_sum`), where a weight of exactly zero contributes nothing: an infinite input
+outside the kernel's support never becomes ``0 * inf = NaN`` (issue 40: a dense weight matrix
+product gave NaN rows). ``antialias`` widens the linear/cubic kernel by ``1 / scale`` when
 downsampling.
+
+Infinities: inside the support, ``w * inf`` follows IEEE (``+inf`` and ``-inf`` both in one
+window give NaN). onnxruntime sometimes gives NaN where ptxc does not: its tap window may hold a
+zero-weight tap on an infinity (an integral source coordinate takes the taps ``x-1 .. x+2``;
+ptxc, as ONNX's reference, ``x-2 .. x+1``), and without antialias it multiplies edge-clamped taps
+one by one (``-w * inf + w' * inf``); wherever onnxruntime's result is not NaN, ptxc's equals it
+(tests/test_reference_semantics.py).
 
 Where the ONNX text and its reference implementation differ, ptxc follows the reference (the node
 tests are generated from it): ``align_corners`` and ``tf_crop_and_resize`` divide by the unrounded
@@ -190,14 +200,47 @@ def _resize_axis(op, data, axis, out, scale, roi_pair):
         coeffs = np.where((idx < 0) | (idx >= size), 0.0, coeffs)
         total = coeffs.sum(axis=1, keepdims=True)
         coeffs = coeffs / np.where(total == 0, 1.0, total)
-    weights = np.zeros((out, size))
-    rows = np.broadcast_to(np.arange(out)[:, None], idx.shape)
-    np.add.at(weights, (rows, np.clip(idx, 0, size - 1)), coeffs)
-    moved = np.moveaxis(data, axis, -1).astype(np.float64, copy=False)
-    result = np.moveaxis(moved @ weights.T, -1, axis)
+    src, coeffs = clamped_taps(idx, coeffs, size)
+    result = np.moveaxis(tap_sum(np.moveaxis(data, axis, -1), src, coeffs), -1, axis)
     if extrapolated is not None and extrapolated.any():
         result = _extrapolate(op, result, axis, extrapolated)
     return result
+
+
+def clamped_taps(idx: np.ndarray, coeffs: np.ndarray, size: int):
+    """The taps ``(src, coeffs)`` of one axis with their indices clamped to the edge, and the
+    weights of the taps that land on one input index merged into the first of them (the
+    others get weight 0): each input's weight is the sum of its taps', as a weight matrix
+    would hold it. So an edge input reached by taps of opposite signs has one weight, and an
+    infinity there gives an infinity, not ``inf - inf`` (onnxruntime's antialias path does
+    the same). Rows of ``idx`` are increasing, so equal clamped indices are adjacent."""
+    src = np.clip(idx, 0, size - 1)
+    taps = src.shape[1]
+    new = np.ones(src.shape, bool)
+    new[:, 1:] = src[:, 1:] != src[:, :-1]
+    first = np.maximum.accumulate(np.where(new, np.arange(taps), 0), axis=1)
+    merged = np.zeros(coeffs.shape, np.float64)
+    rows = np.broadcast_to(np.arange(src.shape[0])[:, None], src.shape)
+    np.add.at(merged, (rows, first), coeffs)
+    return src, merged
+
+
+def tap_sum(moved: np.ndarray, src: np.ndarray, coeffs: np.ndarray) -> np.ndarray:
+    """``y[..., o] = sum_t coeffs[o, t] * moved[..., src[o, t]]`` in f64, tap by tap in order,
+    where a tap whose weight is exactly zero adds nothing: its input is not part of the
+    interpolation, so an infinite value there must not make ``0 * inf = NaN`` (a dense
+    (out, in) weight matrix would multiply every input, and one -inf would turn whole rows into
+    NaN). The compiled engine sums the same taps in the same order
+    (:mod:`ptxc.lower.graph_to_tensor.resize`)."""
+    moved = moved.astype(np.float64, copy=False)
+    acc = np.zeros(moved.shape[:-1] + (src.shape[0],))
+    with np.errstate(invalid="ignore"):  # +inf and -inf in one window: NaN, as IEEE says
+        for t in range(src.shape[1]):
+            w = coeffs[:, t]
+            term = np.zeros_like(acc)
+            np.multiply(moved[..., src[:, t]], w, out=term, where=w != 0)
+            acc += term
+    return acc
 
 
 def _extrapolate(op, result, axis, mask):

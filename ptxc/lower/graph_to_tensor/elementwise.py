@@ -6,17 +6,19 @@ becomes a generic over the result's shape whose body is that form; operands broa
 maps with constant rows. ``graph.batch_normalization`` (inference) is elementwise too, with
 per-channel operands.
 
-``graph.pow`` outside its form's case (an integer operand, or two float types) is computed in
-f64 as its reference does; an integer base with an integer exponent is then truncated toward zero
-and inf/NaN give 0, which matches the reference exactly while the result fits in 53 bits (the
-reference computes non-negative integer powers in wrapping int64; they differ only for results
-beyond 2**53).
+``graph.pow`` outside its form's case (one float type): an integer base with an integer
+exponent is an exact wrapping integer power (:func:`_int_pow`, ``arith.pow`` on unsigned
+integers: both targets square and multiply); other mixed types compute in f64 as the reference
+does, a signed integer result taking the type's minimum where the power is not finite or does
+not fit.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...dialects.graph.scalar_forms import scalar_form, scalar_form_ops
-from ...ir.types import F64
+from ...ir.types import F64, UI32, UI64
 from .common import Unsupported, acc_type, c, cast, channel_map, elementwise, lowers, op_
 
 
@@ -42,27 +44,58 @@ def _pow(op, b):
         return lower_form(op, b)
     out = op.results[0].type
     e_el = op.operands[1].type.element
+    if not out.element.is_float and not e_el.is_float:
+        return [elementwise(b, op.operands, out,
+                            lambda bb, s: _int_pow(bb, s[0], s[1], out.element))]
 
     def body(bb, s):
         p = op_(bb, "arith.pow", cast(bb, s[0], F64), cast(bb, s[1], F64))
-        if out.element.is_float:
+        if out.element.is_float or not out.element.is_signed:
             return cast(bb, p, out.element)
-        if out.element.is_signed and not e_el.is_float:
-            # as onnxruntime: trunc(pow) where it fits the type, else the type's minimum
-            lo = -2.0 ** (out.element.bitwidth - 1)
-            fits = op_(bb, "arith.and", op_(bb, "arith.cmp", p, c(bb, lo, F64), predicate="ge"),
-                       op_(bb, "arith.cmp", p, c(bb, -lo, F64), predicate="lt"))
-            return cast(bb, op_(bb, "arith.select", fits, p, c(bb, lo, F64)), out.element)
-        if e_el.is_float or not e_el.is_signed:
-            return cast(bb, p, out.element)
-        # integer ** integer: finite results truncate toward zero, inf and NaN give 0
-        finite = op_(bb, "arith.and", op_(bb, "arith.cmp", p, p, predicate="eq"),
-                     op_(bb, "arith.cmp", op_(bb, "math.abs", p), c(bb, float("inf"), F64),
-                         predicate="ne"))
-        q = op_(bb, "arith.select", finite, p, c(bb, 0.0, F64))
-        return cast(bb, q, out.element)
+        # a signed base with a float exponent: trunc(pow) where it fits the type, else (NaN,
+        # inf or out of range) the type's minimum, as onnxruntime on x86 and the reference
+        lo = -2.0 ** (out.element.bitwidth - 1)
+        fits = op_(bb, "arith.and", op_(bb, "arith.cmp", p, c(bb, lo, F64), predicate="ge"),
+                   op_(bb, "arith.cmp", p, c(bb, -lo, F64), predicate="lt"))
+        return cast(bb, op_(bb, "arith.select", fits, p, c(bb, lo, F64)), out.element)
 
     return [elementwise(b, op.operands, out, body)]
+
+
+def _int_pow(bb, x, e, el):
+    """``x ** e`` for integers, as :func:`~ptxc.dialects.graph.elementwise.int_pow`: an
+    ``arith.pow`` in the unsigned type as wide as the wider operand (square-and-multiply with
+    wrapping multiplies on both targets, :mod:`ptxc.lower.llvm_scalar`), truncated to the
+    base's type; a negative exponent selects the truncated real power instead.
+
+    Before: ``%y = graph.pow(%x, %e) : (tensor<4xi64>, tensor<4xi32>) -> tensor<4xi64>``
+    After (the generic's body)::
+
+        %n = arith.cmp %e, 0 {lt};  %e0 = arith.select %n, 0, %e
+        %p = arith.pow (arith.cast %x to ui64), (arith.cast %e0 to ui64)
+        %y = arith.select %n, <1, +-1, min or 0 by %x>, (arith.cast %p to i64)
+    """
+    xt, et = x.type, e.type
+    ut = UI64 if max(xt.bitwidth, et.bitwidth) > 32 else UI32
+    neg, e0 = None, e
+    if et.is_signed:
+        neg = op_(bb, "arith.cmp", e, c(bb, 0, et), predicate="lt")
+        e0 = op_(bb, "arith.select", neg, c(bb, 0, et), e)
+    p = cast(bb, op_(bb, "arith.pow", cast(bb, x, ut), cast(bb, e0, ut)), el)
+    if neg is None:
+        return p
+
+    def eq(v, k):
+        return op_(bb, "arith.cmp", v, c(bb, k, xt), predicate="eq")
+    zero = c(bb, int(np.iinfo(el.np_dtype).min) if el.is_signed else 0, el)
+    real = op_(bb, "arith.select", eq(x, 0), zero, c(bb, 0, el))
+    if el.is_signed:
+        odd = op_(bb, "arith.cmp", op_(bb, "arith.bit_and", e, c(bb, 1, et)), c(bb, 0, et),
+                  predicate="ne")  # e, not e0: the parity of the negative exponent
+        real = op_(bb, "arith.select", eq(x, -1),
+                   op_(bb, "arith.select", odd, c(bb, -1, el), c(bb, 1, el)), real)
+    real = op_(bb, "arith.select", eq(x, 1), c(bb, 1, el), real)
+    return op_(bb, "arith.select", neg, real, p)
 
 
 @lowers("graph.batch_normalization")

@@ -9,13 +9,15 @@ with the graph reference's own functions, into small constant tables:
   where any axis' mask is set.
 * linear / cubic: per resized axis in increasing order (as the reference, which is separable),
   a reduction generic over the taps: ``y[.., o, ..] = sum_t coeff[o, t] * x[.., idx[o, t], ..]``
-  in f64 (indices clamped to the edge, coefficients with antialias and ``exclude_outside``
-  applied, so the taps sum to the reference's weight matrix), then the extrapolation select;
-  a last generic rounds (integers: half to even, clamped) and converts to the input's type.
+  in f64 (indices clamped to the edge and the weights of taps on one index merged,
+  :func:`~ptxc.dialects.graph.resize.clamped_taps`; coefficients with antialias and
+  ``exclude_outside`` applied), a tap of weight exactly zero skipped by a select (so an
+  infinite input outside the kernel's support gives no ``0 * inf = NaN``), then the
+  extrapolation select; a last generic rounds (integers: half to even, clamped) and converts
+  to the input's type.
 
-The sums over taps are the reference's weight-matrix products term by term, in another order:
-equal to a few f64 ulps, so an integer result whose exact value is a .5 tie may round one unit
-apart from the reference.
+The sums over taps are the reference's (:func:`~ptxc.dialects.graph.resize.tap_sum`) term by
+term and in the same order.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import math
 
 import numpy as np
 
-from ...dialects.graph.resize import _cubic, _linear, source_coords
+from ...dialects.graph.resize import _cubic, _linear, clamped_taps, source_coords
 from ...dialects.tensor.generic import build_generic
 from ...dialects.tensor.maps import identity_map, unit_row
 from ...ir.types import F64, I1, I64, INDEX
@@ -95,7 +97,8 @@ def _taps(op, axis, size):
         coeffs = np.where((idx < 0) | (idx >= size), 0.0, coeffs)
         total = coeffs.sum(axis=1, keepdims=True)
         coeffs = coeffs / np.where(total == 0, 1.0, total)
-    return np.clip(idx, 0, size - 1).astype(np.int64), coeffs.astype(np.float64), mask
+    src, coeffs = clamped_taps(idx, coeffs, size)
+    return src.astype(np.int64), coeffs, mask
 
 
 def _nearest(op, b, x, axes):
@@ -148,7 +151,10 @@ def _interpolate(op, b, x, axes):
             ids = [cast(bb, args[0], INDEX) if d == axis
                    else bb.create("tensor.index", [], {"dim": d}).result for d in range(r)]
             v = cast(bb, bb.create("tensor.extract", [src] + ids).result, F64)
-            return [op_(bb, "arith.add", args[2], op_(bb, "arith.mul", args[1], v))]
+            # a tap of weight exactly zero adds nothing (not 0 * inf = NaN), as the reference
+            zero = op_(bb, "arith.cmp", args[1], c(bb, 0.0, F64), predicate="eq")
+            return [op_(bb, "arith.select", zero, args[2],
+                        op_(bb, "arith.add", args[2], op_(bb, "arith.mul", args[1], v)))]
 
         out_map = tuple(unit_row(r + 1, d) for d in range(r))
         cur = build_generic([constant(b, idx, I64), constant(b, coeffs, F64)],
