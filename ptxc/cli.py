@@ -9,6 +9,10 @@
                                   default, is cuda where a GPU is present, else cpu),
                                   checked against onnxruntime (else the interpreter) and
                                   timed beside it
+    ptxc calibrate MODEL --data DIR|FILE.npz [--method entropy|minmax|percentile|mse]
+               --cache FILE [--report R.json [--max-error E] [--metric rel-max|cosine]]
+                                  int8: write the calibration cache; the report ranks the
+                                  layers by their int8 error and proposes fp32 overrides
     ptxc bench MODEL|PLAN [--iterations N|--duration S] [--warmup N|--warmup-ms MS]
                [--cuda-graph on|off] [--profile] [--export-profile trace.json] [--json FILE]
                                   latency statistics (as trtexec); per-kernel profile
@@ -190,8 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "constants")
             c.set_defaults(fn=_cmd_run)
 
-    from .cli_tools import add_bench, add_bisect, add_compare, add_tune
+    from .cli_tools import add_bench, add_bisect, add_calibrate, add_compare, add_tune
     add_tune(sub)
+    add_calibrate(sub)
     add_bench(sub)
     add_compare(sub)
     add_bisect(sub)

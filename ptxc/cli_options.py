@@ -70,15 +70,16 @@ OPTIONS = {o.dest: o for o in (
          help="compile with precision tf32"),
     _opt("--precision-override", action="append", metavar="NODE=fp32", compile_only=True,
          field="precision_overrides",
-         help="keep ONNX node NODE in fp32 under --fp16/--tf32 (repeatable)"),
+         help="keep ONNX node NODE in fp32 under --fp16/--tf32/--int8 (repeatable; ptxc "
+         "calibrate --report proposes int8's)"),
     _opt("--layout", default="auto", choices=("nchw", "nhwc", "auto"), compile_only=True,
          field="layout", help=_LAYOUT_HELP),
     _opt("--input-shape", action="append", metavar="NAME=DIMS", compile_only=True,
          field="input_shapes",
          help="bind an input's symbolic dims, e.g. data=1x3x224x224 (repeatable)"),
-    _opt("--calib", metavar="DIR", compile_only=True, field="calibration",
-         help="int8: calibration data (.npy/.npz files or one sub-folder per batch; "
-         "docs/quantization.md)"),
+    _opt("--calib", metavar="DIR|FILE.npz", compile_only=True, field="calibration",
+         help="int8: calibration data (a folder of .npy/.npz files or one sub-folder per "
+         "batch, or one .npz split along its leading axis; docs/quantization.md)"),
     _opt("--calib-cache", metavar="FILE", compile_only=True, field="calibration_cache",
          help="int8: calibration cache (read when it matches, else written)"),
     _opt("--passes", default=None, dest="graph_passes", compile_only=True,

@@ -1,5 +1,6 @@
-"""The ``ptxc tune``, ``ptxc bench``, ``ptxc compare`` and ``ptxc bisect`` commands (their arguments and
-entry points; the work is in :mod:`ptxc.tools`). :mod:`ptxc.cli` registers them."""
+"""The ``ptxc tune``, ``ptxc calibrate``, ``ptxc bench``, ``ptxc compare`` and ``ptxc bisect``
+commands (their arguments and entry points; the work is in :mod:`ptxc.tools` and
+:mod:`ptxc.calib`). :mod:`ptxc.cli` registers them."""
 
 from __future__ import annotations
 
@@ -52,6 +53,85 @@ def add_tune(sub) -> None:
                    "the same as --tuning-workers ray:ADDRESS")
     t.add_argument("-o", "--output", help="also write the tuned engine to this plan file")
     t.set_defaults(fn=cmd_tune)
+
+
+# ---- calibrate -----------------------------------------------------------------------------------
+
+def cmd_calibrate(args) -> int:
+    """Calibrate on ``--data`` into ``--cache`` (always anew: this command's job is the cache);
+    with ``--report``, hold back the last batches, rank the layers by the output error each
+    causes alone in int8 (:func:`ptxc.calib.sensitivity`), print the table and write the JSON."""
+    from .calib import calibrate, make_calibrator, sensitivity
+    from .errors import CalibrationError
+    check_output_path(args.cache, "--cache")
+    if args.report:
+        check_output_path(args.report, "--report")
+    else:
+        given = [f for f, v in (("--max-error", args.max_error), ("--held-out", args.held_out))
+                 if v is not None]
+        if given:
+            raise PtxcError(f"{' and '.join(given)} {'are' if len(given) > 1 else 'is'} for "
+                            "the sensitivity report: give --report FILE too")
+    options = {}
+    if args.percentile is not None:
+        if args.method != "percentile":
+            raise CalibrationError("--percentile is for --method percentile")
+        options["percentile"] = args.percentile
+    make_calibrator(args.method, **options)  # an unknown method: refused before the model loads
+    path = resolve_model(args.model)
+    check_model_file(path)
+    shapes = parse_shapes(args.input_shape)
+    progress = not args.quiet
+    report = None
+    if args.report:
+        report = sensitivity(path, args.data, method=args.method, cache=args.cache,
+                             held_out=0.2 if args.held_out is None else args.held_out,
+                             max_error=args.max_error,
+                             metric=args.metric, input_shapes=shapes, progress=progress,
+                             **options)
+        table = report.table
+    else:
+        table = calibrate(path, args.data, args.method, cache=args.cache, refresh=True,
+                          input_shapes=shapes, progress=progress, **options)
+    print(f"calibration cache written to {args.cache}: {len(table.amax)} tensors, "
+          f"{table.settings['method']}, {table.batches} batch{'es' if table.batches != 1 else ''}"
+          + (f" ({len(report.held_out)} more held out)" if report is not None else ""))
+    if report is not None:
+        sys.stdout.write(report.text())
+        write_json(args.report, report.to_json())
+        print(f"report written to {args.report}")
+    return 0
+
+
+def add_calibrate(sub) -> None:
+    c = sub.add_parser("calibrate", help="int8: calibrate a model into a calibration cache; "
+                       "--report: the per-layer sensitivity and which layers to keep in fp32")
+    add_model(c, plan_ok=False)
+    c.add_argument("--data", required=True, metavar="DIR|FILE.npz",
+                   help="calibration data: a folder (one .npy/.npz file or sub-folder per "
+                   "batch) or one .npz of arrays named by input with a leading sample axis, "
+                   "split into batches of the model's batch size (docs/quantization.md)")
+    c.add_argument("--method", default="entropy", metavar="METHOD",
+                   help="the calibrator: entropy (the default), minmax, percentile or mse")
+    c.add_argument("--percentile", type=float, default=None,
+                   help="--method percentile: the percentile of |x| (default 99.99)")
+    c.add_argument("--cache", required=True, metavar="FILE",
+                   help="the calibration cache to write (ptxc compile --int8 --calib-cache "
+                   "FILE reads it, with no data)")
+    c.add_argument("--report", metavar="R.json",
+                   help="rank the layers by the output error each causes alone in int8, on "
+                   "held-out batches; a table on stdout, JSON to R.json")
+    c.add_argument("--max-error", type=float, default=None, metavar="E",
+                   help="with --report: propose the layers to keep in fp32 (worst first, the "
+                   "int8 model measured each time) until its error is at most E")
+    c.add_argument("--metric", default="rel-max", choices=("rel-max", "cosine"),
+                   help="the error that ranks the layers and that --max-error bounds: rel-max "
+                   "(max |int8 - fp32| / max |fp32|, the default) or cosine (1 - cosine)")
+    c.add_argument("--held-out", type=float, default=None, metavar="FRACTION",
+                   help="with --report: the last FRACTION of the batches (at least one) are "
+                   "held back from calibration and measured on (default 0.2)")
+    add_options(c, "input_shape")
+    c.set_defaults(fn=cmd_calibrate)
 
 
 # ---- bench ---------------------------------------------------------------------------------------

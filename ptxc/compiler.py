@@ -64,11 +64,13 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
 
     ``precision="int8"`` (docs/quantization.md; cpu and interpreter numerics, integer loops on
     cuda): ``calibration`` is a :class:`ptxc.calib.CalibrationTable`, or calibration data (a
-    folder, an iterable of input dicts) calibrated with the entropy calibrator;
-    ``calibration_cache`` a calibration cache file (read when it matches: no data runs; written
-    after calibrating). Layers named in ``precision_overrides`` (ONNX node name -> "fp32") stay
-    fp32. ``engine.layer_precisions`` lists (layer, precision, why). The compile cache is not
-    used for int8.
+    folder, an .npz data set file, an iterable of input dicts) calibrated with the entropy
+    calibrator; ``calibration_cache`` a calibration cache file (read when it matches: no data
+    runs; written after calibrating; without ``calibration``, a cache of this model made with
+    any calibrator, e.g. by ``ptxc calibrate --method mse``). Layers named in
+    ``precision_overrides`` (ONNX node name -> "fp32") stay fp32 (``ptxc.calib.sensitivity``
+    proposes which). ``engine.layer_precisions`` lists (layer, precision, why). The compile
+    cache is not used for int8.
 
     ``precision="fp16"`` or ``"tf32"``: TensorRT's rules (:mod:`ptxc.rewrite.passes.precision`,
     docs/lowering.md "Precision"); ``precision_overrides`` keeps the named nodes in fp32. Both
@@ -213,7 +215,10 @@ def _quantize_int8(model, calibration, calibration_cache, overrides, input_shape
         raise CompileError("precision='int8' needs calibration= (a CalibrationTable, a folder "
                            "or an iterable of input dicts) or calibration_cache=")
     else:
-        table = calibrate(module, calibration, "entropy", cache=calibration_cache)
+        # without data, a cache is used whatever calibrator made it (``ptxc calibrate
+        # --method mse`` writes one); with data, entropy, as before
+        table = calibrate(module, calibration, None if calibration is None else "entropy",
+                          cache=calibration_cache)
     report: list = []
     q = quantize_int8(module, table, exclude={k for k, v in overrides.items() if v != "int8"},
                       report=report)

@@ -9,6 +9,11 @@ which keeps every intermediate value of a run; each float tensor's values go to 
 per tensor (calibrators.py), keyed by the tensor's name (its ONNX output name). With ``cache``,
 an existing cache for the same model and settings is read and no data runs; a cache for another
 model is a CalibrationCacheError. A new table is written to ``cache`` after calibrating.
+
+Which layers to keep in float: :func:`sensitivity` (ptxc/calib/sensitivity.py) quantizes one
+layer at a time on held-back batches, ranks the layers by the output error each one causes, and
+proposes ``precision_overrides`` that bring the int8 model's measured error under a bound;
+``ptxc calibrate`` is its command.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from .data import batches, check_batch
 from .progress import Progress
 
 __all__ = ["calibrate", "CalibrationTable", "make_calibrator", "CALIBRATORS", "QMAX",
-           "collect_ranges"]
+           "collect_ranges", "quantize_int8", "sensitivity", "Report", "LayerError"]
 
 
 @attrs.frozen
@@ -64,7 +69,7 @@ def collect_ranges(module, data, method: str = "entropy", progress: bool = True,
         if isinstance(v.type, TensorType) and v.type.element.is_float and v.name_hint:
             watched.setdefault(v.name_hint, v)
     cals: dict[str, Calibrator] = {}
-    it, total = batches(data, names)
+    it, total = batches(data, names, types)
     bar = Progress(total, enabled=progress)
     n = 0
     for where, batch in it:
@@ -82,23 +87,37 @@ def collect_ranges(module, data, method: str = "entropy", progress: bool = True,
     return {k: c.amax() for k, c in cals.items()}, n
 
 
-def calibrate(model, data=None, method: str = "entropy", *, cache: str | None = None,
-              progress: bool = True, input_shapes: dict | None = None,
+def calibrate(model, data=None, method: str | None = "entropy", *, cache: str | None = None,
+              progress: bool = True, input_shapes: dict | None = None, refresh: bool = False,
               **options) -> CalibrationTable:
-    """Calibrate ``model`` (path, ModelProto, Network or graph module) on ``data`` (a folder or
-    an iterable of input dicts) with calibrator ``method`` and its ``options`` (percentile=,
-    bins=). With ``cache``: read it when it exists and matches (no data runs), write it after
-    calibrating."""
+    """Calibrate ``model`` (path, ModelProto, Network or graph module) on ``data`` (a folder,
+    an ``.npz`` data set file or an iterable of input dicts; ptxc/calib/data.py) with
+    calibrator ``method`` and its ``options`` (percentile=, bins=). With ``cache``: read it when
+    it exists and matches (no data runs), write it after calibrating; ``refresh=True``
+    calibrates on ``data`` even then and overwrites it. ``method=None``: whatever calibrator an
+    existing cache for this model was made with (how ``compile`` reads a cache that ``ptxc
+    calibrate --method mse`` wrote), else entropy."""
     module = _graph_module(model, input_shapes)
-    settings = make_calibrator(method, **options).settings
     mhash = model_hash(module)
-    if cache is not None and os.path.exists(cache):
+    doc = None
+    if cache is not None and os.path.exists(cache) and not refresh:
         doc = read_cache(cache)
         if doc["model"] != mhash:
             raise CalibrationCacheError(
                 f"calibration cache {cache!r} was written for another model (model hash "
                 f"{doc['model'][:12]}..., this model {mhash[:12]}...); delete it or give another "
                 "cache path")
+    if method is None:
+        if doc is not None:
+            if not isinstance(doc.get("settings"), dict):
+                raise CalibrationCacheError(f"calibration cache {cache!r}: 'settings' must be "
+                                            "an object (the calibrator and its options)")
+            method = doc["settings"].get("method", "entropy")
+            options = {**{k: v for k, v in doc["settings"].items() if k != "method"}, **options}
+        else:
+            method = "entropy"
+    settings = make_calibrator(method, **options).settings
+    if doc is not None:
         if doc["key"] == cache_key(mhash, settings):
             return CalibrationTable(dict(doc["amax"]), mhash, settings, doc.get("batches", 0),
                                     from_cache=True)
@@ -107,8 +126,8 @@ def calibrate(model, data=None, method: str = "entropy", *, cache: str | None = 
                 f"calibration cache {cache!r} holds settings {doc['settings']}, not {settings}, "
                 "and no calibration data was given to recalibrate")
     if data is None:
-        raise CalibrationError("calibration needs data (a folder or an iterable of input "
-                               "dicts), or an existing cache")
+        raise CalibrationError("calibration needs data (a folder, an .npz file or an iterable "
+                               "of input dicts), or an existing cache")
     amax, n = collect_ranges(module, data, method, progress=progress, **options)
     if cache is not None:
         write_cache(cache, mhash, settings, amax, n)
@@ -116,3 +135,5 @@ def calibrate(model, data=None, method: str = "entropy", *, cache: str | None = 
 
 
 from .quantize import quantize_int8  # noqa: E402,F401  (needs the names above)
+from .report import LayerError, Report  # noqa: E402,F401
+from .sensitivity import sensitivity  # noqa: E402,F401

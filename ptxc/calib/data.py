@@ -1,4 +1,5 @@
-"""Calibration data: an iterable of input dicts, or a folder of ``.npy``/``.npz`` files.
+"""Calibration data: an iterable of input dicts, a folder of ``.npy``/``.npz`` files, or one
+``.npz`` file holding the whole data set.
 
 A folder is read in sorted name order, one batch per entry:
 
@@ -7,18 +8,34 @@ A folder is read in sorted name order, one batch per entry:
   files or sub-folders);
 * ``NAME/``: a sub-folder holding ``<input>.npy`` for each input.
 
+A single ``FILE.npz`` holds one array per input, named by the input, each with a leading sample
+axis of the same length N; it is split into batches of the model's batch size B (the inputs'
+leading dim) in order, ``N // B`` of them. The ``N % B`` samples left over are not used (a
+warning on the ``ptxc`` logger says how many): a partial batch does not fit a static shape.
+Before: calibrating on a data set in one array meant writing one file per batch by hand (the
+README's int8 example); after: ``np.savez("calib.npz", x=images)``.
+
 Every batch is checked against the model's inputs (names, shape, dtype) before it runs; a bad
 one is a CalibrationError naming the file or batch number and what is wrong.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Iterable, Iterator
 
 import numpy as np
 
 from ..errors import CalibrationError
+
+log = logging.getLogger("ptxc.calib")
+
+
+class Entries(list):
+    """The batches of a data set as a list of ``(where, load)`` pairs, ``load()`` giving one
+    input dict: known in number before any is loaded, so they can be split (calibration and
+    held-out batches, :func:`ptxc.calib.sensitivity`) without loading them all."""
 
 
 def folder_batches(path: str, input_names: list[str]) -> list:
@@ -67,12 +84,83 @@ def _subfolder_loader(path, names):
                     if os.path.exists(os.path.join(path, n + ".npy"))}
 
 
-def batches(data, input_names: list[str]) -> tuple[Iterator[tuple[str, dict]], int | None]:
-    """(iterator of (where, input dict), number of batches or None) for ``data``: a folder path,
-    or an iterable of input dicts."""
+def npz_file_batches(path: str, input_names: list[str], types: list | None) -> list:
+    """Loaders for the batches of one ``.npz`` holding the whole data set (module docstring)."""
+    z = _load(path)
+    try:
+        arrays = {k: z[k] for k in z.files}
+    except Exception as e:  # a damaged member
+        raise CalibrationError(f"{path}: cannot read: {type(e).__name__}: {e}") from None
+    missing = [n for n in input_names if n not in arrays]
+    unknown = sorted(set(arrays) - set(input_names))
+    if missing or unknown:
+        raise CalibrationError(f"{path}: missing array(s) {missing}, unknown array(s) {unknown}"
+                               f"; it needs one array per model input, named by it: "
+                               f"{input_names}")
+    if types is None:
+        raise CalibrationError(f"{path}: splitting a data set file into batches needs the "
+                               "model's input types")
+    sizes = set()
+    for n, t in zip(input_names, types):
+        a = arrays[n]
+        if t.rank == 0 or a.ndim == 0:
+            raise CalibrationError(f"{path}: input {n!r} ({t}) has no leading batch axis to "
+                                   "split the data set along; give a folder of batches")
+        sizes.add(t.shape[0])
+    lengths = {n: arrays[n].shape[0] for n in input_names}
+    if len(set(lengths.values())) != 1:
+        raise CalibrationError(f"{path}: the arrays' leading (sample) axes differ: {lengths}")
+    if len(sizes) != 1:
+        raise CalibrationError(f"{path}: the model's inputs have different batch sizes "
+                               f"{sorted(sizes)}; give a folder of batches")
+    b, n = sizes.pop(), next(iter(lengths.values()))
+    if n < b:
+        raise CalibrationError(f"{path}: {n} samples, fewer than one batch of {b} (the "
+                               "model's batch size; --input-shape or input_shapes= sets it)")
+    if n % b:
+        log.warning("%s: %d samples make %d batches of %d; the last %d are not used", path, n,
+                    n // b, b, n % b)
+    return [(f"{path}[{i}:{i + b}]", _slice_loader(arrays, i, b)) for i in range(0, n - b + 1, b)]
+
+
+def _slice_loader(arrays, start, size):
+    return lambda: {k: a[start:start + size] for k, a in arrays.items()}
+
+
+def entries(data, input_names: list[str], types: list | None = None) -> Entries:
+    """Every batch of ``data`` (any form :func:`batches` takes) as :class:`Entries`; an
+    iterable of dicts is read through here (a generator is consumed)."""
+    if isinstance(data, Entries):
+        return data
     if isinstance(data, (str, os.PathLike)):
-        entries = folder_batches(os.fspath(data), input_names)
-        return ((where, load()) for where, load in entries), len(entries)
+        path = os.fspath(data)
+        if os.path.isfile(path):
+            if not path.endswith(".npz"):
+                raise CalibrationError(
+                    f"calibration data {path!r}: a file must be an .npz of arrays named by "
+                    "input, with a leading sample axis; or give a folder of batches")
+            return Entries(npz_file_batches(path, input_names, types))
+        if not os.path.exists(path):
+            raise CalibrationError(f"calibration data {path!r} is not a folder or an .npz file: "
+                                   "no such path")
+        return Entries(folder_batches(path, input_names))
+    if isinstance(data, dict):
+        raise CalibrationError("calibration data must be an iterable of input dicts (a list of "
+                               "dicts, a generator), a folder or an .npz file, not one dict")
+    if not isinstance(data, Iterable):
+        raise CalibrationError(f"calibration data must be a folder, an .npz file or an "
+                               f"iterable of input dicts, got {type(data).__name__}")
+    return Entries((f"batch {i}", (lambda d=d: d)) for i, d in enumerate(data))
+
+
+def batches(data, input_names: list[str], types: list | None = None
+            ) -> tuple[Iterator[tuple[str, dict]], int | None]:
+    """(iterator of (where, input dict), number of batches or None) for ``data``: a folder
+    path, an ``.npz`` file (split into batches of the leading dim of ``types``), an
+    :class:`Entries`, or an iterable of input dicts (read as it goes)."""
+    if isinstance(data, (str, os.PathLike, Entries)):
+        found = entries(data, input_names, types)
+        return ((where, load()) for where, load in found), len(found)
     if isinstance(data, dict):
         raise CalibrationError("calibration data must be an iterable of input dicts (a list of "
                                "dicts, a generator) or a folder, not one dict")

@@ -13,8 +13,9 @@ import time
 
 class Progress:
     def __init__(self, total: int | None, enabled: bool = True, every_s: float = 2.0,
-                 stream=None):
+                 stream=None, label: str = "calibrate", unit: str = "batch"):
         self.total, self.enabled, self.every_s = total, enabled, every_s
+        self.label, self.unit = label, unit
         self.stream = stream if stream is not None else sys.stderr
         self.t0 = self.last = time.perf_counter()
         self.done = 0
@@ -34,5 +35,5 @@ class Progress:
         of = f"/{self.total}" if self.total is not None else ""
         rate = self.done / max(now - self.t0, 1e-9)
         tag = "done" if final else "running"
-        print(f"ptxc calibrate: {tag}: batch {self.done}{of}, {now - self.t0:.1f} s "
-              f"({rate:.3g} batches/s)", file=self.stream, flush=True)
+        print(f"ptxc {self.label}: {tag}: {self.unit} {self.done}{of}, {now - self.t0:.1f} s "
+              f"({rate:.3g} {self.unit.split()[-1]}es/s)", file=self.stream, flush=True)
