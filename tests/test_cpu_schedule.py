@@ -393,6 +393,55 @@ def test_candidates_follow_the_host_and_prune_what_cannot_matter(monkeypatch):
     assert not any("threads" in t.options for t in p.candidates(op))
 
 
+
+def _sum_and_scale(rows=4, n=64):
+    """One kernel of two innermost loops: ``y[i]``, the sum of row ``i`` in order (a
+    ``loop.for {ordered}``, as a pool window's), and ``z[i, :] = 2 x[i, :]`` (a plain
+    ``loop.for``)."""
+    from ptxc.dialects.loop import for_loop, parallel_loop
+    from ptxc.ir.types import BufferType, F32
+    from support.loop_ir import const, load, module, op, store
+
+    def body(b, x, y, z):
+        _, p, (i,) = parallel_loop(b, (0,), (rows,))
+        summed, f, j, (acc,) = for_loop(p, 0, n, inits=[const(p, 0.0)])
+        f.create("loop.yield", [op(f, "arith.add", acc, load(f, x, i, j))])
+        summed.attributes["ordered"] = True
+        store(p, summed.results[0], y, i)
+        _, g, j2, _ = for_loop(p, 0, n)
+        store(g, op(g, "arith.mul", load(g, x, i, j2), const(g, 2.0)), z, i, j2)
+    return module({"x": BufferType((rows, n), F32), "y": BufferType((rows,), F32),
+                   "z": BufferType((rows, n), F32)}, ["y", "z"], body)
+
+
+def test_one_ordered_loop_keeps_vector_widths_for_the_others(monkeypatch):
+    """A vector width reaches only the kernel's unordered innermost loops (llvm_kernel), so a
+    kernel with one ordered loop among others still has its widths to try; only a kernel whose
+    every innermost loop is ordered has none over 1. Each candidate computes the row sums
+    bit for bit in order (numpy's sequential sum) and ``z`` exactly."""
+    monkeypatch.setattr(cpu_schedule, "_host_features", lambda: frozenset({"avx2"}))
+    monkeypatch.setattr(cpu_schedule, "pool_size", lambda: 2)
+    m = _sum_and_scale()
+    (op,) = kernel_ops(m)
+    assert innermost_loops(op) == [(64, True), (64, False)]
+    p = CpuSchedule()
+    full = p.candidates(op)
+    assert {t.options.get("vector_width", 0) for t in full} == {0, 1, 2, 4, 8}
+    assert [str(t) for t in p.candidates(op, "fast")][:3] == [
+        "auto", "cpu{vector-width=8}", "cpu{vector-width=4}"]
+    x = RNG.standard_normal((4, 64)).astype(np.float32)
+    y = np.zeros(4, np.float32)
+    for j in range(64):
+        y = y + x[:, j]
+    key = kernel_key(op)
+    for t in full[::7] + [Tactic("cpu", {"vector_width": 8})]:
+        got = CpuProgram(lower_loop_to_llvm(scheduled(m, tactics={key: t})))({"x": x})
+        np.testing.assert_array_equal(got["y"], y, err_msg=str(t))
+        np.testing.assert_array_equal(got["z"], 2 * x, err_msg=str(t))
+    # the pool's kernels, every innermost loop ordered: width 1 alone
+    for op in kernel_ops(loop_module(avgpool()[0])):
+        assert {t.options.get("vector_width", 0) for t in p.candidates(op)} <= {0, 1}
+
 # ---- the codegen honours the attributes ----------------------------------------------------
 
 def _optimized_kernel(m, **options) -> str:

@@ -6,12 +6,14 @@ a real kernel on the cpu (a test schedule pass whose ``wrong`` option breaks the
 fake timer makes the wrong candidate the fastest, and it must still lose, reported by name.
 """
 
+import numpy as np
 import pytest
 
 from ptxc.errors import TuningError
 from ptxc.ir.printer import print_ir
 from ptxc.target import Target
 from ptxc.tactic.tactic import DEFAULT, Tactic
+from ptxc.tune.measure import compare_outputs
 from ptxc.tune.tuner import MARGIN, Measured, choose, tune_kernel
 
 from support.tune_schedule import fc_module, test_schedule
@@ -54,3 +56,73 @@ def test_tune_kernel_never_picks_a_wrong_candidate():
     assert res["candidates"] == 3                          # the wrong one was not timed
     (why,) = res["rejected"]
     assert why.startswith("auto{wrong=true}: wrong output") and "differs" in why
+
+
+# ---- the check: what counts as the default's output (measure.compare_outputs) ---------------
+
+@pytest.mark.parametrize("dtype,tol", [("float32", 1e-4), ("float16", 1e-2),
+                                       ("bfloat16", 2e-2)])
+def test_the_comparison_tolerance_is_the_outputs_dtypes(dtype, tol):
+    """docs/tuning.md's tolerances, relative to the default output's largest magnitude (here
+    exactly 1): half of it passes, twice of it is a wrong output; the dtype's own, not
+    another's (a float32 candidate off by 2e-4 is wrong)."""
+    from ptxc.tune.measure import _np_dtype
+    dt = _np_dtype(dtype)
+    e = np.array([1.0, 0.0, -0.5, 0.25], np.float32).astype(dt)
+    for off, ok in ((tol / 2, True), (2 * tol, False)):
+        g = e.copy()
+        g[1] = np.float32(off).astype(dt)          # exact enough at 0: dt's spacing is finer
+        why = compare_outputs({"y": e}, {"y": g})
+        assert (why is None) == ok, (dtype, off, why)
+        if not ok:
+            assert why.startswith("output y: differs by") and dtype in why
+
+
+def test_integer_outputs_are_compared_exactly():
+    e = np.array([3, -7, 127], np.int8)
+    assert compare_outputs({"y": e}, {"y": e.copy()}) is None
+    assert "1 of 3 values differ" in compare_outputs({"y": e}, {"y": e + np.int8(1) * (e == 3)})
+
+
+def test_nans_must_be_in_the_same_places_both_ways():
+    """A candidate with a NaN where the default has a number is wrong, and so is one with a
+    number where the default has NaN; NaNs in the same places (and equal infinities) pass."""
+    e = np.array([1.0, np.nan, -0.5, np.inf], np.float32)
+    assert compare_outputs({"y": e}, {"y": e.copy()}) is None
+    for i, v in ((0, np.nan), (2, np.nan), (1, 0.0), (3, np.nan)):
+        g = e.copy()
+        g[i] = v
+        why = compare_outputs({"y": e}, {"y": g})
+        assert why is not None and "NaN" in why, (i, v, why)
+    for v in (-np.inf, 3.0e38):
+        g = e.copy()
+        g[3] = v
+        assert compare_outputs({"y": e}, {"y": g}) == "output y: infinities differ"
+    g = e.copy()
+    g[0] = np.inf
+    assert compare_outputs({"y": e}, {"y": g}) is not None   # an infinity the default lacks
+    assert "shape" in compare_outputs({"y": e}, {"y": e[:2]})
+    assert "shape" in compare_outputs({"y": e}, {})
+
+
+def test_the_default_is_never_pruned_as_spilling(monkeypatch):
+    """ptxas's spill report prunes candidates, never the default (the heuristic's own code,
+    the reference every candidate is checked against): with every build reported as spilling,
+    the default is still measured and kept, and each other candidate is rejected as a
+    spiller."""
+    import ptxc.tune.tuner as tuner
+    from ptxc.tactic.kernels import kernels_of
+    monkeypatch.setattr(tuner, "spill_reason", lambda art: "spills 8 bytes (kernel_0)")
+    k = kernels_of(fc_module())[0]
+    cands = test_schedule().candidates(k.op)
+    timed = []
+
+    def timer(tactic, bench, inputs, runs):
+        timed.append(str(tactic))
+        return [1.0] * runs
+
+    res = tune_kernel(print_ir(k.module), k.key, "test-tune-schedule", Target.host().to_dict(),
+                      [c.to_json() for c in cands], 3, timer=timer)
+    assert timed == ["auto"] and Tactic.from_json(res["tactic"]) == DEFAULT
+    assert res["default_time_s"] == res["time_s"] == 1.0 and res["candidates"] == 1
+    assert res["rejected"] == [f"{c}: spills 8 bytes (kernel_0)" for c in cands[1:]]

@@ -90,6 +90,28 @@ def test_the_plan_keeps_the_tuning_record(tuned, tmp_path):
     np.testing.assert_array_equal(loaded.run(_feeds())["y"], engine.run(_feeds())["y"])
 
 
+
+def test_inspect_prints_each_rows_times_and_its_speedup(tuned, tmp_path):
+    """``ptxc inspect``'s tuning rows, from a record of known times: each time in ms, and the
+    speedup as the default's time over the tactic's (3x faster reads 3.00x); a row without
+    times (the heuristic's) prints dashes and no speedup."""
+    from ptxc.plan.save import plan_to_bytes
+    from test_plan import edited
+    _, _, engine = tuned
+    a, b = dict(engine.tuning[0]), dict(engine.tuning[0])
+    a.update(key="a" * 16, loc="conv_a", kernels=3, tactic="cpu{unroll=4}", source="cache",
+             time_s=1e-5, default_time_s=3e-5, candidates=6, rejected=["x: wrong output"])
+    b.update(key="b" * 16, loc=None, kernels=1, tactic="auto", source="heuristic",
+             time_s=None, default_time_s=None, candidates=0, rejected=[])
+    path = tmp_path / "edited.plan"
+    path.write_bytes(edited(plan_to_bytes(engine), lambda h: h.update(tuning=[a, b])))
+    lines = inspect_plan(path).splitlines()
+    assert "tuning: 2 distinct kernels (1 cache, 1 heuristic)" in lines
+    assert f"  {'a' * 16}  layer 'conv_a' x3  tactic cpu{{unroll=4}} [cache]  time 0.0100 ms  " \
+        "default 0.0300 ms (3.00x the default)  candidates 6, 1 rejected" in lines
+    assert f"  {'b' * 16}  layer None x1  tactic auto [heuristic]  time -  default -  " \
+        "candidates 0" in lines
+
 def test_a_tampered_tuning_record_is_refused(tuned):
     from ptxc.driver.load import engine_from_plan
     from ptxc.errors import PlanError

@@ -69,9 +69,10 @@ def test_tune_kernel_rejects_it_before_any_run():
     assert any(r.startswith(f"{SPILLER}: spills") for r in res["rejected"])
 
 
-def test_a_cuda_compile_without_a_gpu_takes_the_cache_and_the_heuristic(tmp_path, caplog):
-    """No GPU to measure on: kernels with a cache entry take its tactic, the others the
-    heuristic, and the log says how many of each and why."""
+@pytest.fixture(scope="module")
+def cached_compile(tmp_path_factory):
+    """A cuda compile without the GPU given a timing cache with an entry for the GEMM: the
+    engine, the log, the GEMM kernel and the cached tactic."""
     import logging
 
     import ptxc
@@ -84,13 +85,53 @@ def test_a_cuda_compile_without_a_gpu_takes_the_cache_and_the_heuristic(tmp_path
     cand = MapToGpu(target=SM90).candidates(k.op, "fast")[1]
     cache = TimingCache()
     cache.put(SM90, k.key, Entry(cand, 1e-5, 2e-5, 8, level="fast"))
-    path = str(tmp_path / "gemm.timing")
+    path = str(tmp_path_factory.mktemp("gemm") / "gemm.timing")
     cache.save(path)
-    with caplog.at_level(logging.INFO, logger="ptxc.tune"):
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+    handler, logger = Keep(logging.INFO), logging.getLogger("ptxc.tune")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
         e = ptxc.compile(model, target="cuda", arch="sm_90", precision="fp16", cache=False,
                          tuning="fast", timing_cache=path)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return e, "\n".join(records), k, cand
+
+
+def test_a_cuda_compile_without_a_gpu_takes_the_cache_and_the_heuristic(cached_compile):
+    """No GPU to measure on: kernels with a cache entry take its tactic, the others the
+    heuristic, and the log says how many of each and why."""
+    e, log_text, k, cand = cached_compile
     rows = {r["key"]: r for r in e.tuning}
     assert rows[k.key]["source"] == "cache" and rows[k.key]["tactic"] == str(cand)
     assert {r["source"] for key, r in rows.items() if key != k.key} <= {"heuristic"}
-    assert "no measurement" in caplog.text and "1 from the timing cache" in caplog.text
+    assert "no measurement" in log_text and "1 from the timing cache" in log_text
     assert any(kk.tactic == str(cand) for kk in e.kernels.kernels)
+
+
+def test_a_cuda_plan_keeps_the_tuning_record_and_each_kernels_tactic(cached_compile, tmp_path):
+    """The record travels with the plan (a cuda plan as a cpu one, tests/test_tune_cpu.py),
+    with its non-default values (a ``cache`` row, its times): the header holds it as the
+    engine has it, and ``ptxc inspect`` shows the row, its times and the kernel's tactic."""
+    from ptxc.plan.inspect import inspect_plan
+    from ptxc.plan.save import plan_to_bytes
+    from test_plan import split
+    e, _, k, cand = cached_compile
+    data = plan_to_bytes(e)
+    header, _ = split(data)
+    assert header["tuning"] == e.tuning
+    assert [kk["tactic"] for kk in header["kernel_table"]["kernels"]] == \
+        [kk.tactic for kk in e.kernels.kernels]
+    path = tmp_path / "gemm.plan"
+    path.write_bytes(data)
+    text = inspect_plan(path)
+    assert f"tuning: {len(e.tuning)} distinct kernels" in text
+    assert f"{k.key}  layer" in text and f"tactic {cand} [cache]  time 0.0100 ms  default " \
+        "0.0200 ms (2.00x the default)" in text

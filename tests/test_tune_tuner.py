@@ -183,3 +183,109 @@ def test_every_gpu_hands_kernels_to_one_pinned_worker_per_device():
     t.choose_tactics(m, cs.CpuSchedule(target=Target.host()))
     assert len(tasks_seen) == len(keys) and {r.source for r in t.report} == {"tuned"}
     assert set(pinned) <= {"0", "1"} and len(pinned) == len(keys)
+
+
+class _LastFirst:
+    """An executor that completes its tasks last to first, as EveryGpu and Ray may (they yield
+    in completion order); each result names its own kernel: the variant ``variant_of`` gives
+    the task's key."""
+
+    def __init__(self, variant_of):
+        self.variant_of = variant_of
+
+    def run(self, tasks):
+        for i in reversed(range(len(tasks))):
+            v = self.variant_of[tasks[i]["key"]]
+            yield i, {"tactic": Tactic("auto", {"variant": v}).to_json(), "time_s": v * 1e-3,
+                      "default_time_s": 1.0, "candidates": 2, "rejected": []}
+
+
+def test_results_that_arrive_out_of_order_go_to_their_own_kernels():
+    from ptxc.frontend.load import as_module
+    from support.tool_models import cbr_model
+    m = as_module(cbr_model(channels=8, size=16))
+    run_stages(m, "loop", CompileOptions.make("cpu", stage_passes={
+        "loop": "lower-tensor-to-loop"}), progress=None)
+    keys = sorted({k.key for k in kernels_of(m)})
+    assert len(keys) >= 3
+    variant_of = {key: i + 1 for i, key in enumerate(keys)}
+    cache = TimingCache()
+    t = Tuner(Target.host(), "fast", cache, jobs=1, executor=_LastFirst(variant_of),
+              progress=False)
+    tactics = t.choose_tactics(m, test_schedule())
+    assert tactics == {key: Tactic("auto", {"variant": v}) for key, v in variant_of.items()}
+    for r in t.report:
+        assert r.tactic == Tactic("auto", {"variant": variant_of[r.key]}) and r.source == "tuned"
+        assert r.time_s == variant_of[r.key] * 1e-3
+        assert r.loc == next(k.loc for k in kernels_of(m) if k.key == r.key)
+    for key, v in variant_of.items():
+        assert cache.get(Target.host(), key).tactic == Tactic("auto", {"variant": v})
+
+
+@pytest.mark.parametrize("level", ["fast", "full"])
+def test_the_cache_records_the_level_tuned_at(level):
+    """An entry says how thoroughly it was measured (the merge rule reads it): a fast tuning's
+    entries are ``fast`` and lose a merge to a ``full`` entry of fewer candidates."""
+    m = fc_module()
+    (key,) = {k.key for k in kernels_of(m)}
+    cache = TimingCache()
+    _tuner_at(level, cache).choose_tactics(m, test_schedule())
+    assert cache.get(Target.host(), key).level == level
+    other = TimingCache()
+    other.put(Target.host(), key, Entry(Tactic("auto", {"variant": 1}), 0.9, 1.0, 1,
+                                        level="full"))
+    kept = cache.merge(other).get(Target.host(), key)
+    assert kept.tactic == (Tactic("auto", {"variant": 2}) if level == "full"
+                           else Tactic("auto", {"variant": 1}))
+
+
+def _tuner_at(level, cache):
+    from ptxc.tune.executors import Here
+    return Tuner(Target.host(), level, cache, jobs=1, executor=Here(_timer([])),
+                 progress=False)
+
+
+def test_the_options_tactics_win_over_the_tuners():
+    """``tactics=`` given by hand win over what tuning chose for the same kernel (compile's
+    docstring): the tuner says 'wrong' (the output doubled) and the hand 'variant=1', or the
+    other way round; the interpreter's output says which one the schedule pass got."""
+    from ptxc.frontend.load import as_module
+    from ptxc.ir.interpreter import interpret
+    import numpy as np
+    from support.tune_schedule import fc_net
+    loop = fc_module()
+    (key,) = {k.key for k in kernels_of(loop)}
+    x = np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)
+    base = interpret(loop, {"x": x})["y"]
+
+    class Forced:
+        report = []
+
+        def __init__(self, tactic):
+            self.tactic = tactic
+
+        def choose_tactics(self, module, schedule_pass):
+            return {key: self.tactic}
+
+    test_schedule()
+    for tuned, hand, factor in (("auto{wrong=true}", "auto{variant=1}", 1),
+                                ("auto{variant=1}", "auto{wrong=true}", 2)):
+        m = as_module(fc_net())
+        opts = CompileOptions.make("cpu", tactics={key: hand}, stage_passes={
+            "loop": "lower-tensor-to-loop,test-tune-schedule"})
+        run_stages(m, "loop", opts, tuner=Forced(Tactic.parse(tuned)), progress=None)
+        np.testing.assert_allclose(interpret(m, {"x": x})["y"], factor * base, rtol=1e-6)
+
+
+def test_measuring_needs_the_targets_gpu_here(monkeypatch):
+    """Timings on another GPU would choose for the wrong one: a cuda target is measured only
+    where the GPU here has its chip generation and its SM count (an H100 PCIe, 114 SMs, does
+    not measure for an H100 SXM, 132); cpu always."""
+    import ptxc.target as target_mod
+    from ptxc.tune.tuner import _can_measure
+    sxm = Target.preset("h100-sxm")
+    for here, want in ((Target.preset("h100-sxm"), True), (Target.preset("h100-pcie"), False),
+                       (Target.preset("a100"), False), (None, False)):
+        monkeypatch.setattr(target_mod, "device_target", lambda here=here: here)
+        assert _can_measure(sxm) is want, here
+        assert _can_measure(Target.host()) is True

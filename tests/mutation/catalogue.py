@@ -50,6 +50,12 @@ POLICY = "tests/test_precision_policy.py"
 LAYOUT = "tests/test_channels_last.py"
 CALIB = "tests/test_calib_methods.py"
 CALIB_Q = "tests/test_calib_quantize.py"
+T_CHOICE = "tests/test_tune_choice.py"
+T_TUNER = "tests/test_tune_tuner.py"
+T_CACHE = "tests/test_tune_cache.py"
+T_CPU = "tests/test_tune_cpu.py"
+T_SPILLS = "tests/test_tune_spills.py"
+CPU_SCHED = "tests/test_cpu_schedule.py"
 
 CATALOGUE: tuple[Mutation, ...] = (
     # ---- graph passes -----------------------------------------------------------------------
@@ -558,4 +564,124 @@ CATALOGUE: tuple[Mutation, ...] = (
       "return {**super().settings}",
       ("tests/test_calib.py::test_cache_rebuild_runs_no_data_and_gives_the_same_table",),
       "the calibration cache's key forgets the percentile: a cache made at 99.9 serves 99.99"),
+    # ---- issue 41's fourth hand round: the auto-tuner (10 of 16 passed every tier) ----------------
+    M("tune-results-by-completion-order", "tune/tuner.py",
+      "            key = keys[i]\n",
+      "            key = keys[n]\n",
+      (T_TUNER + "::test_results_that_arrive_out_of_order_go_to_their_own_kernels",),
+      "a result is given to the n-th kernel to finish, not to its task's kernel: with "
+      "EveryGpu or Ray (completion order) tactics and cache entries land on other kernels"),
+    M("tune-cache-entry-forgets-its-level", "tune/tuner.py",
+      "                candidates=row.candidates, rejected=row.rejected, level=self.level))",
+      "                candidates=row.candidates, rejected=row.rejected))",
+      (T_TUNER + "::test_the_cache_records_the_level_tuned_at",),
+      "a fast tuning's cache entries say full (Entry's default) and win merges they should "
+      "lose"),
+    M("tune-tuning-overrides-hand-tactics", "pipeline.py",
+      "chosen = {**tuner.choose_tactics(module, flat[at]), **options.tactics}",
+      "chosen = {**options.tactics, **tuner.choose_tactics(module, flat[at])}",
+      (T_TUNER + "::test_the_options_tactics_win_over_the_tuners",),
+      "the tuner's tactic replaces the one given by hand (tactics=) for the same kernel"),
+    M("tune-compare-nan-one-way", "tune/measure.py",
+      "        if not np.array_equal(nan_e, nan_g):\n",
+      "        if (nan_e & ~nan_g).any():\n",
+      (T_CHOICE + "::test_nans_must_be_in_the_same_places_both_ways",),
+      "a candidate with NaN where the default has a number passes the check (its error is "
+      "NaN, and NaN > tolerance is false)"),
+    M("tune-f32-tolerance-of-f16", "tune/measure.py",
+      '"float32": 1e-4, "float16": 1e-2,',
+      '"float32": 1e-2, "float16": 1e-2,',
+      (T_CHOICE + "::test_the_comparison_tolerance_is_the_outputs_dtypes",),
+      "a float32 candidate is checked at f16's tolerance: one off by 0.5% is accepted"),
+    M("tune-default-pruned-as-spilling", "tune/tuner.py",
+      "spilled = spill_reason(art) if i > 0 else None",
+      "spilled = spill_reason(art)",
+      (T_CHOICE + "::test_the_default_is_never_pruned_as_spilling",),
+      "the default is pruned when ptxas reports it spilling: the kernel is never tuned (the "
+      "choice has no reference)"),
+    M("cpu-candidates-one-ordered-loop-no-widths", "lower/cpu_schedule.py",
+      "(1 if all(loops) else lanes)",
+      "(1 if any(loops) else lanes)",
+      (CPU_SCHED + "::test_one_ordered_loop_keeps_vector_widths_for_the_others",),
+      "one ordered innermost loop takes every vector width over 1 off the kernel's "
+      "candidates, though its other loops take them"),
+    M("plan-cuda-drops-the-tuning-record", "plan/save.py",
+      '"memory_plan": cuda.plan.to_json(), **_tuning(engine)}',
+      '"memory_plan": cuda.plan.to_json()}',
+      (T_SPILLS + "::test_a_cuda_plan_keeps_the_tuning_record_and_each_kernels_tactic",),
+      "a cuda plan is saved without the tuning record (a cpu plan keeps it)"),
+    M("inspect-speedup-inverted", "plan/inspect.py",
+      "speed = f\" ({r['default_time_s'] / r['time_s']:.2f}x the default)\"",
+      "speed = f\" ({r['time_s'] / r['default_time_s']:.2f}x the default)\"",
+      (T_CPU + "::test_inspect_prints_each_rows_times_and_its_speedup",),
+      "ptxc inspect prints a tactic 3x faster than the default as 0.33x"),
+    M("tune-measures-on-a-gpu-of-another-sm-count", "tune/tuner.py",
+      "return here is not None and here.sm == target.sm and here.sms == target.sms",
+      "return here is not None and here.sm == target.sm",
+      (T_TUNER + "::test_measuring_needs_the_targets_gpu_here",),
+      "a cuda target is measured on any GPU of its generation: an H100 PCIe (114 SMs) "
+      "chooses the tactics of an H100 SXM (132)"),
+    # killed, but by one test each (or by a test of something else)
+    M("tune-margin-sign", "tune/tuner.py",
+      "best.median < default.median * (1.0 - margin)",
+      "best.median < default.median * (1.0 + margin)",
+      (T_CHOICE + "::test_choose_keeps_the_fastest_valid_and_ties_to_the_earlier",),
+      "a candidate up to 1% slower than the default replaces it"),
+    M("timing-cache-merge-keeps-the-slower", "tune/cache.py",
+      "return (LEVELS.index(self.level), self.candidates, -self.time_s,",
+      "return (LEVELS.index(self.level), self.candidates, self.time_s,",
+      (T_CACHE + "::test_merge_conflict_rules_in_either_order",),
+      "of two entries of one level and candidate count, a merge keeps the slower"),
+    M("timing-cache-device-forgets-cpu-features", "tune/cache.py",
+      '        key["sms"] = 0\n        key["cpu_features"] = _host_features_hash()\n',
+      '        key["sms"] = 0\n',
+      (T_CACHE + "::test_device_key_fields",),
+      "two hosts of one CPU name and other features (AVX-512 off) share timing entries"),
+    M("gpu-tactic-params-ignored", "lower/gpu_map/__init__.py",
+      'if tactic.schedule in ("auto", name) and sched(op, own) is not None:',
+      'if tactic.schedule in ("auto", name) and sched(op, options) is not None:',
+      ("tests/test_gpu_map_tactics.py::"
+       "test_candidates_deterministic_default_first_each_distinct",),
+      "map-to-gpu honours a tactic's schedule but not its options (was seen only by the "
+      "candidates' duplicate check)"),
+    M("cpu-hints-on-every-loop", "lower/llvm_kernel.py",
+      "hints = self.hints if innermost else {}",
+      "hints = self.hints",
+      (CPU_SCHED + "::test_a_tactic_sets_attributes_on_its_kernel_only_and_its_loops_metadata",),
+      "a cpu tactic's vector width and unroll count go on every loop of the nest, not only "
+      "the innermost"),
+    M("cpu-small-kernel-ignores-threads", "driver/cpu.py",
+      "small = k.work < self.min_parallel_work and not k.threads",
+      "small = k.work < self.min_parallel_work",
+      (CPU_SCHED + "::test_threads_decide_the_runtimes_chunks",),
+      "a kernel's threads (cpu.threads) are ignored at run time where its work is small"),
+    M("tune-cached-tactic-not-revalidated", "tune/tuner.py",
+      "    p = attrs.evolve(schedule_pass, tactics={key: tactic})\n",
+      "    p = attrs.evolve(schedule_pass, tactics={})\n",
+      (T_TUNER + "::test_a_stale_cached_tactic_is_skipped_and_retuned",),
+      "a cached tactic is 'validated' by running the schedule pass without it: a stale or "
+      "foreign tactic is used"),
+    M("tune-rejected-candidate-still-timed", "tune/tuner.py",
+      '                measured.append(Measured(tactic, i, error=f"wrong output: {why}"))\n'
+      "                continue\n",
+      '                measured.append(Measured(tactic, i, error=f"wrong output: {why}"))\n',
+      (T_CHOICE + "::test_tune_kernel_never_picks_a_wrong_candidate",),
+      "a candidate whose output differs is reported but also timed, and eligible"),
+    M("kernel-key-keeps-locations", "tactic/kernels.py",
+      "        o.loc = None\n",
+      "",
+      ("tests/test_tune_tactic.py::test_kernel_keys_ignore_names_and_weights_not_shapes",),
+      "the kernel key hashes the ONNX locations: twin layers never share a key or a cache "
+      "entry"),
+    M("tune-layout-keeps-the-slower", "tune/layout.py",
+      'best = min(times, key=lambda k: (times[k], k != "nchw"))',
+      'best = max(times, key=lambda k: (times[k], k != "nchw"))',
+      (T_CPU + "::test_layout_auto_under_tuning_is_measured",),
+      "layout=auto under tuning builds the slower of the two layouts"),
+    M("loop-hint-width-one-still-interleaves", "lower/llvm_loop_hints.py",
+      'out.append(_property(m, "llvm.loop.interleave.count", ir.Constant(_I32, 1)))',
+      'out.append(_property(m, "llvm.loop.vectorize.enable", ir.Constant(_I1, 1)))',
+      (CPU_SCHED + "::test_an_ordered_loop_takes_no_vector_width",),
+      "vector width 1 asks LoopVectorize to enable itself, which interleaves the scalar loop "
+      "(unrolling by another name)"),
 )
