@@ -148,8 +148,10 @@ def compile(model, target: str = "auto", precision: str = "fp32", *,
         engine.layer_precisions = layer_precisions
         engine.precision_overrides = dict(precision_overrides)
         engine.max_memory = options.max_memory
-        if tuner is not None:
-            engine.tuning = [r.to_json() for r in tuner.report]
+        if tuner is not None:   # (a tactic given by hand wins over tuning's: say so)
+            engine.tuning = [dict(r.to_json(), tactic=str(options.tactics[r.key]),
+                                  source="hand") if r.key in options.tactics else r.to_json()
+                             for r in tuner.report]
             _save_timing_cache(tuner, options.timing_cache)
             if cache == "store" and not options.check_numerics:
                 key = _tuned_cache_key(model, options, tuner)

@@ -279,13 +279,31 @@ def test_the_options_tactics_win_over_the_tuners():
 
 def test_measuring_needs_the_targets_gpu_here(monkeypatch):
     """Timings on another GPU would choose for the wrong one: a cuda target is measured only
-    where the GPU here has its chip generation and its SM count (an H100 PCIe, 114 SMs, does
-    not measure for an H100 SXM, 132); cpu always."""
+    where the GPU here has its chip generation, its SM count and its chip (an H100 PCIe, 114
+    SMs, does not measure for an H100 SXM, 132; nor does an H200, 132 SMs but faster memory;
+    the H100 as its driver names it does); cpu always."""
     import ptxc.target as target_mod
     from ptxc.tune.tuner import _can_measure
     sxm = Target.preset("h100-sxm")
+    import attrs
+    driver_h100 = attrs.evolve(Target.preset("h100-sxm"), name="NVIDIA H100 80GB HBM3")
     for here, want in ((Target.preset("h100-sxm"), True), (Target.preset("h100-pcie"), False),
-                       (Target.preset("a100"), False), (None, False)):
+                       (Target.preset("a100"), False), (None, False),
+                       (Target.preset("h200"), False), (driver_h100, True)):
         monkeypatch.setattr(target_mod, "device_target", lambda here=here: here)
         assert _can_measure(sxm) is want, here
         assert _can_measure(Target.host()) is True
+
+
+def test_a_hand_tactic_is_reported_as_the_kernels_tactic(tmp_path):
+    """engine.tuning names the tactic the kernel got: a hand tactic over tuning's, as "hand"."""
+    import ptxc
+    from support.tune_schedule import fc_net
+    m = fc_module()
+    (key,) = {k.key for k in kernels_of(m)}
+    hand = Tactic("cpu", {"unroll": 2})
+    e = ptxc.compile(fc_net(), target="cpu", cache=False, tuning="fast", layout="nchw",
+                     tactics={key: hand}, tuning_budget_s=60)
+    (row,) = [r for r in e.tuning if r["key"] == key]
+    assert row["tactic"] == str(hand) and row["source"] == "hand"
+    assert [k.tactic for k in e.kernels.kernels if k.tactic] == [str(hand)]

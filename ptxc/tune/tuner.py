@@ -353,9 +353,12 @@ def _validate(tactic: Tactic, kernel, key: str, schedule_pass) -> None:
 
 def _can_measure(target) -> bool:
     """cpu: always (the host is the target); cuda: where the GPU here is the target's (same
-    chip generation and SM count: timings on another GPU would choose for the wrong one)."""
+    chip generation, SM count and chip, :func:`ptxc.target.chip_name`: an H200 does not time
+    kernels for an H100 SXM, whose memory is slower; timings on another GPU would choose for
+    the wrong one)."""
     if target.kind == "cpu":
         return True
-    from ..target import device_target
+    from ..target import chip_name, device_target
     here = device_target()
-    return here is not None and here.sm == target.sm and here.sms == target.sms
+    return here is not None and here.sm == target.sm and here.sms == target.sms and \
+        chip_name(here) == chip_name(target)
