@@ -293,6 +293,11 @@ def test_measuring_needs_the_targets_gpu_here(monkeypatch):
         monkeypatch.setattr(target_mod, "device_target", lambda here=here: here)
         assert _can_measure(sxm) is want, here
         assert _can_measure(Target.host()) is True
+    # a chip no preset names: its name alone does not tell two SM counts apart
+    lab = attrs.evolve(sxm, name="Lab GPU")
+    for here, want in ((lab, True), (attrs.evolve(lab, sms=100), False)):
+        monkeypatch.setattr(target_mod, "device_target", lambda here=here: here)
+        assert _can_measure(lab) is want, here
 
 
 def test_a_hand_tactic_is_reported_as_the_kernels_tactic(tmp_path):
